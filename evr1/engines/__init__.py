@@ -1,0 +1,1 @@
+"""evr1.engines"""
