@@ -1,0 +1,286 @@
+"""Build the Lance `frames` cache: resolve, hash, dedupe, skip what is cached, decode the rest on Ray.
+
+Decoding runs as Ray tasks (one CPU each, at most `workers` in flight, each with a deadline after
+which it is force-cancelled); the driver appends finished rows to Lance a few at a time, so a build
+killed halfway keeps every committed batch and the next build decodes only what is missing.
+Every failure becomes a reject row (record id, path, reason); the rest of the build continues.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import lance
+import pyarrow as pa
+
+from evr1.cache.keys import content_hash, frame_key
+from evr1.cache.paths import resolve_media_path
+from evr1.cache.store import append_rows, clip_row, existing_keys, open_frames
+from evr1.video.clip import FrameParams, VideoClip
+from evr1.video.decode import decode_video, load_image
+from evr1.video.errors import MediaDecodeError
+
+COMMIT_ROWS = 4  # rows per Lance commit: a kill loses at most this many decoded entries
+COMMIT_BYTES = 256 << 20  # ... or this many frame bytes, whichever comes first
+RAY_OBJECT_STORE_BYTES = 256 << 20
+
+REJECTS_SCHEMA = pa.schema(
+    [
+        pa.field("record_id", pa.string()),
+        pa.field("path", pa.string()),
+        pa.field("stage", pa.string()),
+        pa.field("reason", pa.string()),
+    ]
+)
+
+
+@dataclass
+class CacheBuildReport:
+    """What a build did. `unique`, `hits` and `decoded` count keys; `failed` counts rejected records."""
+
+    frames_uri: str
+    requested: int = 0
+    unique: int = 0
+    hits: int = 0
+    decoded: int = 0
+    failed: int = 0
+    rejects: list[dict] = field(default_factory=list)
+    version: int | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class _Job:
+    """One unique key to decode, with every record that asked for it."""
+
+    key: str
+    content_hash: str
+    kind: str
+    path: str
+    record_ids: list[str]
+
+
+# --- decoding (runs in Ray workers or in-process) -----------------------------------------------
+
+
+def _image_clip(path: str, params: FrameParams) -> VideoClip:
+    frame = load_image(path, params)
+    return VideoClip(frames=frame[None], fps=0.0, frame_indices=[0], total_frames=1, duration=0.0)
+
+
+_DECODERS: dict[str, Callable[[str, FrameParams, float | None], VideoClip]] = {
+    "video": lambda path, params, timeout: decode_video(path, params, timeout=timeout),
+    "image": lambda path, params, timeout: _image_clip(path, params),
+}
+
+
+def decode_row(job: _Job, params: FrameParams, timeout_s: float | None) -> dict:
+    """Decode one job into a `frames` row; raises MediaDecodeError on bad media."""
+    clip = _DECODERS[job.kind](job.path, params, timeout_s)
+    return clip_row(job.key, job.content_hash, job.kind, clip, params, job.path)
+
+
+def _failure(exc: BaseException) -> tuple[str, str]:
+    """(kind, reason) for a reject row, unwrapping Ray's task error to the original exception."""
+    cause = getattr(exc, "cause", None) or exc
+    if isinstance(cause, MediaDecodeError):
+        return cause.kind, cause.reason
+    return "error", f"{type(cause).__name__}: {cause}"
+
+
+# --- planning ----------------------------------------------------------------------------------
+
+
+def _plan(
+    items: Iterable[tuple[str, str, str]], params: FrameParams, data_root, reject
+) -> tuple[int, dict[str, _Job]]:
+    """Resolve and hash every item; group records by key. Returns (requested, jobs by key)."""
+    jobs: dict[str, _Job] = {}
+    requested = 0
+    for record_id, media_path, kind in items:
+        requested += 1
+        try:
+            if kind not in _DECODERS:
+                raise MediaDecodeError(media_path, f"kind must be one of {sorted(_DECODERS)}, got {kind!r}",
+                                       kind="bad_kind")
+            path = resolve_media_path(media_path, data_root)
+            if not os.path.isfile(path):
+                raise MediaDecodeError(media_path, f"file does not exist ({path})", kind="missing")
+            digest = content_hash(path)
+        except (MediaDecodeError, OSError) as exc:
+            reject(str(record_id), str(media_path), *_failure(exc))
+            continue
+        key = frame_key(digest, params, kind)
+        if key in jobs:
+            jobs[key].record_ids.append(str(record_id))
+        else:
+            jobs[key] = _Job(key, digest, kind, path, [str(record_id)])
+    return requested, jobs
+
+
+# --- executors: yield (job, row | None, kind, reason) as results arrive ---------------------------
+
+
+def _run_serial(jobs: list[_Job], params: FrameParams, timeout_s: float | None, workers: int, ray_address):
+    for job in jobs:
+        try:
+            yield job, decode_row(job, params, timeout_s), "", ""
+        except Exception as exc:  # any failure of one file must not stop the build
+            yield job, None, *_failure(exc)
+
+
+def _ensure_ray(workers: int, ray_address: str | None) -> bool:
+    """Connect to `ray_address`, reuse a running Ray, or start a small local one. True if we started it."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    if ray_address:
+        ray.init(address=ray_address, logging_level="WARNING")
+        return True
+    # Ray workers must import evr1 even when it is not installed (a source checkout).
+    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    pythonpath = os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH")) if p)
+    ray.init(
+        num_cpus=max(1, workers),
+        include_dashboard=False,
+        object_store_memory=RAY_OBJECT_STORE_BYTES,
+        # Short: Ray's unix socket paths must stay under ~107 characters.
+        _temp_dir=tempfile.mkdtemp(prefix="ray", dir="/tmp"),
+        logging_level="WARNING",
+        runtime_env={"env_vars": {"PYTHONPATH": pythonpath}},
+    )
+    return True
+
+
+def _run_ray(jobs: list[_Job], params: FrameParams, timeout_s: float | None, workers: int, ray_address):
+    import ray
+
+    started = _ensure_ray(workers, ray_address)
+    task = ray.remote(num_cpus=1, max_retries=0)(decode_row)
+    params_ref = ray.put(params)
+    queue: Iterator[_Job] = iter(jobs)
+    pending: dict = {}  # ref -> (job, deadline)
+    try:
+        while True:
+            # Submit only as many as can run, so a deadline measures decoding time, not queueing.
+            while len(pending) < workers and (job := next(queue, None)) is not None:
+                deadline = time.monotonic() + timeout_s if timeout_s else float("inf")
+                pending[task.remote(job, params_ref, timeout_s)] = (job, deadline)
+            if not pending:
+                return
+            wait_s = min(d for _, d in pending.values()) - time.monotonic()
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.05, min(wait_s, 1.0)))
+            for ref in ready:
+                job, _ = pending.pop(ref)
+                try:
+                    yield job, ray.get(ref), "", ""
+                except Exception as exc:
+                    yield job, None, *_failure(exc)
+            now = time.monotonic()
+            for ref, (job, deadline) in list(pending.items()):
+                if now > deadline:
+                    ray.cancel(ref, force=True)
+                    del pending[ref]
+                    yield job, None, "timeout", f"decoding took longer than {timeout_s} s; cancelled"
+    finally:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        if started:
+            ray.shutdown()
+
+
+# --- rejects -----------------------------------------------------------------------------------
+
+
+def write_rejects(uri: str, rejects: list[dict]) -> int | None:
+    """Append reject rows (record_id, path, stage, reason) to a Lance table, creating it if needed.
+
+    An existing table with more columns (e.g. ingest's rejects) gets nulls in the ones we lack.
+    """
+    if not rejects:
+        return None
+    existing = open_frames(uri)
+    schema = existing.schema if existing is not None else REJECTS_SCHEMA
+    missing = [f.name for f in REJECTS_SCHEMA if f.name not in schema.names]
+    if missing:
+        raise ValueError(f"rejects table {uri} lacks columns {missing}")
+    table = pa.Table.from_pylist([{n: r.get(n) for n in schema.names} for r in rejects], schema=schema)
+    return lance.write_dataset(table, uri, mode="append" if existing is not None else "create").version
+
+
+# --- the build ---------------------------------------------------------------------------------
+
+
+def build_frame_cache(
+    items: Iterable[tuple[str, str, str]],
+    frames_uri: str,
+    params: FrameParams,
+    *,
+    data_root: str | os.PathLike | None = None,
+    workers: int = 2,
+    ray_address: str | None = None,
+    timeout_s: float | None = 120,
+    rejects_uri: str | None = None,
+    progress: bool = True,
+    commit_rows: int = COMMIT_ROWS,
+    on_commit: Callable[[int], None] | None = None,
+) -> CacheBuildReport:
+    """Decode every (record_id, media_path, kind) item not yet cached into the `frames` table.
+
+    `workers=0` decodes serially in this process (no Ray). `on_commit(version)` runs after each
+    Lance commit (for progress hooks; tests use it to simulate a crash mid-build).
+    """
+    from rich.progress import Progress
+
+    t0 = time.perf_counter()
+    report = CacheBuildReport(frames_uri=str(frames_uri))
+
+    def reject(record_id: str, path: str, kind: str, reason: str) -> None:
+        report.rejects.append({"record_id": record_id, "path": path, "stage": "cache", "kind": kind,
+                               "reason": f"{kind}: {reason}"})
+
+    report.requested, jobs = _plan(items, params, data_root, reject)
+    report.unique = len(jobs)
+    cached = existing_keys(frames_uri)
+    misses = [job for key, job in jobs.items() if key not in cached]
+    report.hits = report.unique - len(misses)
+
+    batch: list[dict] = []
+
+    def commit() -> None:
+        if batch:
+            report.version = append_rows(frames_uri, batch)
+            batch.clear()
+            if on_commit is not None:
+                on_commit(report.version)
+
+    run = _run_ray if workers > 0 and misses else _run_serial
+    with Progress(disable=not progress, transient=True) as bar:
+        task = bar.add_task("decoding frames", total=len(misses))
+        for job, row, kind, reason in run(misses, params, timeout_s, workers, ray_address):
+            bar.advance(task)
+            if row is None:
+                for record_id in job.record_ids:
+                    reject(record_id, job.path, kind, reason)
+                continue
+            batch.append(row)
+            report.decoded += 1
+            if len(batch) >= commit_rows or sum(len(r["frames"]) for r in batch) >= COMMIT_BYTES:
+                commit()
+        commit()
+
+    if report.version is None:
+        ds = open_frames(frames_uri)
+        report.version = ds.version if ds is not None else None
+    report.failed = len(report.rejects)
+    if rejects_uri:
+        write_rejects(rejects_uri, report.rejects)
+    report.seconds = time.perf_counter() - t0
+    return report

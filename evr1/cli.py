@@ -1,0 +1,129 @@
+"""The `evr1` command: the whole DAG (`run`) or any one stage on its own."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+console = Console()
+
+Overrides = Annotated[Optional[list[str]], typer.Argument(help="overrides: section.key=value")]
+
+
+def _config(path: Path, overrides: list[str] | None):
+    from evr1.config import ConfigError, load_config
+
+    try:
+        return load_config(path, overrides or [])
+    except ConfigError as e:
+        console.print(f"[red]config error[/red]\n{e}")
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def run(config: Path = typer.Argument(Path("conf/tiny.yaml")), overrides: Overrides = None) -> None:
+    """Run the whole train-and-eval DAG as a Prefect flow."""
+    cfg = _config(config, overrides)
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    from flows.train_and_eval import train_and_eval
+
+    with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        results = train_and_eval(str(config), list(overrides or []))
+    root = cfg.run_dir()
+    console.rule("[bold green]evr1: done")
+    for r in results.values():
+        console.print(r.summary())
+    if "eval" in results:
+        console.print("\n" + Path(results["eval"].extra["table"]).read_text())
+    uri = cfg.tracking.uri or f"sqlite:///{root / 'mlflow.db'}"
+    console.print(f"run folder:   {root}")
+    console.print(f"MLflow UI:    .venv/bin/mlflow ui --backend-store-uri {uri}   (then http://127.0.0.1:5000)")
+    console.print("Prefect UI:   .venv/bin/prefect server start   (then http://127.0.0.1:4200; start it before "
+                  "`evr1 run` to see the flow runs there)")
+
+
+@app.command()
+def ingest(config: Path, overrides: Overrides = None) -> None:
+    """Validate the configured dataset into Lance samples + rejects."""
+    from evr1.pipeline import stage_ingest
+
+    console.print(stage_ingest(_config(config, overrides)).summary())
+
+
+@app.command()
+def cache(config: Path, overrides: Overrides = None) -> None:
+    """Build the Lance frame cache for the ingested samples."""
+    from evr1 import pipeline
+
+    cfg = _config(config, overrides)
+    samples = pipeline.stage_ingest(cfg)
+    console.print(pipeline.stage_cache(cfg, samples, pipeline.stage_model(cfg)).summary())
+
+
+@app.command()
+def train(config: Path, overrides: Overrides = None) -> None:
+    """Ingest, cache and train (resuming from the run folder's latest checkpoint)."""
+    from evr1 import pipeline
+
+    cfg = _config(config, overrides)
+    samples, base = pipeline.stage_ingest(cfg), pipeline.stage_model(cfg)
+    frames = pipeline.stage_cache(cfg, samples, base)
+    console.print(pipeline.stage_train(cfg, samples, frames, base).summary())
+
+
+@app.command()
+def merge(checkpoint: Path, out: Path, base_model: Annotated[Optional[Path], typer.Option()] = None) -> None:
+    """Merge a sharded checkpoint into a Hugging Face model directory."""
+    from evr1.merge import merge_checkpoint
+
+    res = merge_checkpoint(checkpoint, out, base_model=base_model)
+    console.print(f"merged {res.num_parameters} parameters into {res.model_dir} (sha {res.weights_sha256}, "
+                  f"max logit diff {res.max_logit_diff})")
+
+
+@app.command("eval")
+def eval_(config: Path, model_dir: Path, overrides: Overrides = None,
+          benchmark: Annotated[str, typer.Option()] = "heldout") -> None:
+    """Evaluate a model directory on a benchmark."""
+    from evr1 import pipeline
+    from evr1.results import StageResult
+
+    cfg = _config(config, overrides)
+    samples = pipeline.stage_ingest(cfg)
+    model = StageResult(stage="model", uri=str(model_dir))
+    frames = pipeline.stage_cache(cfg, samples, model)
+    res = pipeline.stage_eval(cfg, model, samples, frames, benchmark)
+    console.print(Path(res.extra["table"]).read_text())
+
+
+@app.command()
+def synth(out: Path, n: Annotated[int, typer.Option(help="number of samples")] = 48,
+          heldout: Annotated[int, typer.Option()] = 16, seed: Annotated[int, typer.Option()] = 0) -> None:
+    """Write a synthetic video QA dataset (MP4s + JSONL train/held-out splits)."""
+    from evr1.data.synth import make_synthetic
+
+    rep = make_synthetic(out, n, seed=seed, heldout=heldout)
+    console.print(rep.model_dump_json(indent=2))
+
+
+@app.command("make-tiny")
+def make_tiny(out: Path, family: Annotated[str, typer.Option(help="qwen2_vl | qwen2_5_vl | qwen3_vl")] = "qwen3_vl",
+              seed: Annotated[int, typer.Option()] = 0) -> None:
+    """Build a tiny random-weight model of a Qwen-VL family, offline, as a Hugging Face directory."""
+    from evr1.models import make_tiny as build
+
+    console.print(f"tiny {family} model written to {build(family, out, seed=seed)}")
+
+
+if __name__ == "__main__":
+    app()

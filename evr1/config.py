@@ -1,0 +1,297 @@
+"""The run configuration: one pydantic model per section, YAML files, and `a.b.c=value` overrides.
+
+Every section forbids unknown keys, so a typo fails loudly with the key and the file instead of
+silently falling back to a default (a trap in the reference project, its §7.1 item 11).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """A config file or override that does not validate; the message names the key and its source."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RunConfig(Section):
+    name: str = "run"
+    # Every output of a run goes under <root>/<name>; relative roots are taken from the working directory.
+    root: str = "runs"
+    seed: int = 0
+
+
+class SynthConfig(Section):
+    """Generate a synthetic video QA set into the run folder instead of reading `data.train_files`."""
+
+    n: int = Field(48, ge=2)
+    heldout: int = Field(16, ge=1)
+    seed: int = 0
+    image_fraction: float = Field(0.1, ge=0.0, le=1.0)
+    size: tuple[int, int] = (64, 64)
+    fps: int = 8
+    seconds: float = 2.0
+
+
+class DataConfig(Section):
+    train_files: list[str] = []
+    eval_files: list[str] = []
+    # Relative media paths are joined to this root; paths escaping it are rejected at ingestion.
+    data_root: str | None = None
+    synth: SynthConfig | None = None
+    check_media_exists: bool = True
+
+    @model_validator(mode="after")
+    def _has_source(self) -> "DataConfig":
+        if self.synth is None and not self.train_files:
+            raise ValueError("data: set either data.train_files or data.synth")
+        return self
+
+
+class CacheConfig(Section):
+    """Frame sampling and resizing (qwen-vl-utils rules) and the Lance frame cache."""
+
+    enabled: bool = True
+    mode: Literal["prefer-cache", "cache-only", "decode-only"] = "prefer-cache"
+    fps: float = 2.0
+    max_frames: int = 768
+    min_frames: int = 4
+    nframes: int | None = None
+    min_pixels: int | None = None
+    max_pixels: int | None = None
+    total_pixels: int | None = None
+    rules: Literal["0.0.14", "0.0.8"] = "0.0.14"
+    image_min_pixels: int | None = None
+    image_max_pixels: int | None = None
+    workers: int = Field(2, ge=0)
+    timeout_s: float = 120.0
+    # Lance URI of the frames table; defaults to <run folder>/lance/frames. Point several runs at one
+    # shared URI (local or object storage) to reuse decoded frames across runs.
+    uri: str | None = None
+
+
+class TinyModelConfig(Section):
+    family: Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl"] = "qwen3_vl"
+    seed: int = 0
+
+
+class ModelConfig(Section):
+    # A Hugging Face model directory (or hub id on a machine that can download). When unset, a tiny
+    # random-weight model of `tiny.family` is built offline into the run folder.
+    path: str | None = None
+    tiny: TinyModelConfig | None = None
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    attn_implementation: str = "sdpa"
+    gradient_checkpointing: bool = False
+
+    @model_validator(mode="after")
+    def _has_model(self) -> "ModelConfig":
+        if self.path is None and self.tiny is None:
+            raise ValueError("model: set either model.path or model.tiny")
+        return self
+
+
+class RolloutConfig(Section):
+    engine: Literal["hf", "vllm"] = "hf"
+    n: int = Field(4, ge=1)
+    max_new_tokens: int = Field(64, ge=1)
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = 0
+    batch_size: int = Field(8, ge=1)
+    thinking: bool = False
+    # Prompt template: a .jinja path or None for the built-in per-family templates.
+    template: str | None = None
+
+
+class AlgorithmConfig(Section):
+    adv_estimator: str = "grpo"
+    std: Literal["sample", "population", "none"] = "sample"
+    policy_loss: str = "ppo"
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.3
+    clip_ratio_dual: float | None = 3.0
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
+    use_kl_loss: bool = True
+    kl_loss_coef: float = Field(0.01, ge=0.0)
+    kl_penalty: str = "low_var_kl"
+    entropy_coeff: float = 0.0
+    dynamic_sampling: bool = False
+
+
+class RewardConfig(Section):
+    accuracy_weight: float = Field(0.9, ge=0.0, le=1.0)
+    format_weight: float = Field(0.1, ge=0.0, le=1.0)
+    # A user-defined scorer as "path/to/file.py:function"; None uses evr1.rewards.compute_score.
+    function: str | None = None
+    workers: int = Field(0, ge=0)
+    timeout_s: float = 10.0
+
+    @model_validator(mode="after")
+    def _weights(self) -> "RewardConfig":
+        if abs(self.accuracy_weight + self.format_weight - 1.0) > 1e-9:
+            raise ValueError(
+                f"reward: accuracy_weight + format_weight must be 1 (got {self.accuracy_weight} + {self.format_weight})"
+            )
+        return self
+
+
+class TrainerConfig(Section):
+    steps: int = Field(4, ge=1)
+    prompts_per_step: int = Field(2, ge=1)
+    micro_batch_size: int = Field(4, ge=1)
+    ppo_epochs: int = Field(1, ge=1)
+    lr: float = Field(1e-5, gt=0.0)
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float = Field(1.0, gt=0.0)
+    # FSDP2 ranks, one Ray actor each (gloo on CPU, NCCL on GPU).
+    world_size: int = Field(1, ge=1)
+    device: Literal["cpu", "cuda"] = "cpu"
+    save_every: int = Field(0, ge=0)
+    keep_last: int = Field(2, ge=1)
+    resume: bool = True
+
+
+class EvalConfig(Section):
+    enabled: bool = True
+    max_new_tokens: int = Field(64, ge=1)
+    temperature: float = Field(0.0, ge=0.0)
+    batch_size: int = Field(8, ge=1)
+    concurrency: int = Field(4, ge=1)
+    queue_size: int = Field(16, ge=1)
+    timeout_s: float = Field(300.0, gt=0.0)
+    thinking: bool = False
+    limit: int | None = None
+
+
+class TrackingConfig(Section):
+    enabled: bool = True
+    # MLflow tracking URI; None means sqlite:///<run folder>/mlflow.db with artifacts beside it.
+    uri: str | None = None
+    experiment: str = "evr1"
+    register_model: str | None = "evr1-policy"
+
+
+class OrchestrationConfig(Section):
+    # A Ray cluster address ("auto", "ray://host:10001"); None starts a small local instance.
+    ray_address: str | None = None
+    ray_num_cpus: int | None = 2
+    ray_object_store_mb: int = 256
+
+
+class Config(Section):
+    """The whole run: what `evr1 run conf/x.yaml` and the `train-and-eval` flow take."""
+
+    run: RunConfig = RunConfig()
+    data: DataConfig
+    cache: CacheConfig = CacheConfig()
+    model: ModelConfig
+    rollout: RolloutConfig = RolloutConfig()
+    algorithm: AlgorithmConfig = AlgorithmConfig()
+    reward: RewardConfig = RewardConfig()
+    trainer: TrainerConfig = TrainerConfig()
+    eval: EvalConfig = EvalConfig()
+    tracking: TrackingConfig = TrackingConfig()
+    orchestration: OrchestrationConfig = OrchestrationConfig()
+
+    @model_validator(mode="after")
+    def _divisible(self) -> "Config":
+        batch = self.trainer.prompts_per_step * self.rollout.n
+        if batch % self.trainer.world_size:
+            raise ValueError(
+                f"trainer: prompts_per_step × rollout.n = {batch} must be divisible by trainer.world_size "
+                f"= {self.trainer.world_size} so every FSDP rank gets the same number of sequences"
+            )
+        return self
+
+    def run_dir(self) -> Path:
+        return Path(self.run.root).expanduser().resolve() / self.run.name
+
+    def fingerprint(self, *sections: str) -> str:
+        """A short hash of the named sections (all when none): a cache key for Prefect and the stages."""
+        data = self.model_dump(mode="json")
+        chosen = {k: data[k] for k in (sections or data.keys())}
+        return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _format_error(err: ValidationError, source: str) -> str:
+    lines = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        if e["type"] == "extra_forbidden":
+            lines.append(f"{source}: unknown key '{key}'")
+        else:
+            lines.append(f"{source}: key '{key}': {e['msg']} (got {e.get('input')!r})")
+    return "\n".join(lines)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`a.b.c=value` → (["a", "b", "c"], value); the value is read as YAML (numbers, lists, null)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override {text!r}: expected key.path=value")
+    return key.strip().split("."), yaml.safe_load(raw) if raw.strip() else ""
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Set each `a.b.c=value` in a nested dict (a copy); sections are created as needed."""
+    data = json.loads(json.dumps(data))
+    for text in overrides:
+        path, value = parse_override(text)
+        node = data
+        for part in path[:-1]:
+            if node.get(part) is None:
+                node[part] = {}
+            if not isinstance(node[part], dict):
+                raise ConfigError(f"override {text!r}: '{part}' is not a section")
+            node = node[part]
+        node[path[-1]] = value
+    return data
+
+
+def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a YAML config, apply overrides, validate; errors name the key and the file."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"{path}: cannot read config: {e}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    source = str(path) if not overrides else f"{path} (with overrides {' '.join(overrides)})"
+    try:
+        return Config.model_validate(apply_overrides(data, list(overrides)))
+    except ValidationError as e:
+        raise ConfigError(_format_error(e, source)) from None
+
+
+def config_from_dict(data: dict, source: str = "<dict>") -> Config:
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_format_error(e, source)) from None
+
+
+def flat_params(cfg: Config) -> dict[str, str]:
+    """The config as flat `section.key` → string pairs, for MLflow params."""
+    out: dict[str, str] = {}
+
+    def walk(prefix: str, node: Any) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(f"{prefix}.{k}" if prefix else k, v)
+        else:
+            out[prefix] = json.dumps(node) if not isinstance(node, str) else node
+
+    walk("", cfg.model_dump(mode="json"))
+    return out

@@ -1,0 +1,235 @@
+"""Ingest JSON / JSONL / Parquet datasets in the EasyVideoR1 schema into Lance `samples` + `rejects`.
+
+Every record read ends up in exactly one of the two tables (accepted + rejected = read): a bad record
+is rejected with its `file:line`, the offending field and a sentence saying why, and its raw text is
+kept verbatim, so nothing is lost and nothing fails silently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import lance
+import pyarrow as pa
+from pydantic import BaseModel
+
+from evr1.data.schema import CONSUMED_FIELDS, REJECTS_SCHEMA, SAMPLES_SCHEMA, Reject, Sample, canonical_json
+from evr1.data.sources import RawRecord, expand_sources, read_records
+from evr1.data.validate import Context, ProblemTypeResolver, RecordError, default_resolve_problem_type, validate_record
+
+log = logging.getLogger(__name__)
+
+WriteMode = Literal["overwrite", "append"]
+_ID_HASH_CHARS = 16  # 64 bits of sha256: collisions are negligible at dataset scale
+
+
+class IngestReport(BaseModel):
+    """What one ingest did; small enough to pass between pipeline stages.
+
+    `content_hash` hashes the content of the whole `samples` table after the write (every column
+    but `source`, in table order): equal hashes mean equal training data, so downstream stages can
+    cache on it. In overwrite mode that is exactly the rows accepted by this call.
+    """
+
+    samples_uri: str
+    rejects_uri: str
+    split: str
+    read: int
+    accepted: int
+    rejected: int
+    reasons: dict[str, int]
+    samples_version: int
+    rejects_version: int
+    content_hash: str
+    per_problem_type: dict[str, int]
+    per_data_type: dict[str, int]
+
+
+def _record_id(value: Any) -> str:
+    if isinstance(value, dict) and value.get("problem_id") is not None:
+        return str(value["problem_id"])
+    return ""
+
+
+def _sample_id(record: dict[str, Any], problem_id_counts: Counter[str]) -> tuple[str, str | None]:
+    """The record's `problem_id` when unique in the inputs, else a content hash; plus a note if it fell back."""
+    problem_id = _record_id(record)
+    if problem_id.strip() and problem_id_counts[problem_id] == 1:
+        return problem_id, None
+    digest = hashlib.sha256(canonical_json(record).encode("utf-8")).hexdigest()[:_ID_HASH_CHARS]
+    if problem_id.strip():
+        note = f"sample_id: problem_id {problem_id!r} occurs {problem_id_counts[problem_id]} times in the inputs; used a content hash"
+        return digest, note
+    return digest, None
+
+
+def _describe(rec: RawRecord) -> str:
+    record_id = _record_id(rec.value) if rec.parsed else ""
+    return f"record {rec.source}" + (f" (problem_id {record_id!r})" if record_id else "")
+
+
+def _reject(rec: RawRecord, kind: str, field: str, message: str) -> Reject:
+    return Reject(
+        source=rec.source,
+        record_id=_record_id(rec.value) if rec.parsed else "",
+        field=field,
+        kind=kind,
+        reason=f"{_describe(rec)}: {message}",
+        raw=rec.raw,
+    )
+
+
+def _exists(uri: str) -> bool:
+    try:
+        lance.dataset(uri)
+    except (ValueError, OSError, FileNotFoundError):
+        return False
+    return True
+
+
+def _write(rows: list[dict[str, Any]], schema: pa.Schema, uri: str, mode: WriteMode) -> lance.LanceDataset:
+    table = pa.Table.from_pylist(rows, schema=schema)
+    # Append to a missing table creates it; overwrite of an existing one makes a new version.
+    exists = _exists(uri)
+    lance_mode = ("append" if mode == "append" else "overwrite") if exists else "create"
+    return lance.write_dataset(table, uri, schema=schema, mode=lance_mode)
+
+
+def table_content_hash(dataset: lance.LanceDataset) -> str:
+    """sha256 over the canonical JSON of every row (all columns but `source`), in table order."""
+    columns = [name for name in SAMPLES_SCHEMA.names if name != "source"]
+    digest = hashlib.sha256()
+    for batch in dataset.to_batches(columns=columns):
+        for row in batch.to_pylist():
+            digest.update(canonical_json(row).encode("utf-8"))
+            digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def ingest(
+    sources: Sequence[str | Path],
+    samples_uri: str | Path,
+    rejects_uri: str | Path,
+    *,
+    split: str = "train",
+    data_root: str | Path | None = None,
+    resolve_problem_type: ProblemTypeResolver = default_resolve_problem_type,
+    check_media_exists: bool = True,
+    mode: WriteMode = "overwrite",
+) -> IngestReport:
+    """Validate every record of `sources` and write the Lance `samples` and `rejects` tables.
+
+    Relative media paths join `data_root`, or the source file's directory when no root is given;
+    with a root, a path resolving outside it is rejected. `resolve_problem_type` maps a raw type to
+    its canonical name, or None for an unknown type (rejected). Raises only for an unreadable source.
+    """
+    if mode not in ("overwrite", "append"):
+        raise ValueError(f"ingest mode must be 'overwrite' or 'append', got {mode!r}")
+    samples_uri, rejects_uri = str(samples_uri), str(rejects_uri)
+    root = Path(data_root).resolve() if data_root is not None else None
+
+    records = [rec for path in expand_sources(sources) for rec in read_records(path)]
+    problem_id_counts = Counter(_record_id(r.value) for r in records if r.parsed and _record_id(r.value))
+
+    first_seen: dict[str, str] = {}
+    if mode == "append" and _exists(samples_uri):
+        existing = lance.dataset(samples_uri).to_table(columns=["sample_id", "source"]).to_pylist()
+        first_seen = {row["sample_id"]: f"{row['source']} (already in {samples_uri})" for row in existing}
+
+    samples: list[Sample] = []
+    rejects: list[Reject] = []
+    contexts: dict[Path, Context] = {}
+    for rec in records:
+        if not rec.parsed:
+            rejects.append(_reject(rec, "malformed_json", "", rec.error))
+            continue
+        ctx = contexts.get(rec.path)
+        if ctx is None:
+            ctx = contexts[rec.path] = Context(
+                base_dir=rec.path.parent.resolve(),
+                data_root=root,
+                check_media_exists=check_media_exists,
+                resolve_problem_type=resolve_problem_type,
+            )
+        try:
+            draft = validate_record(rec.value, ctx)
+        except RecordError as err:
+            rejects.append(_reject(rec, err.kind, err.field, err.message))
+            continue
+        sample_id, id_note = _sample_id(draft.record, problem_id_counts)
+        if sample_id in first_seen:
+            rejects.append(
+                _reject(rec, "duplicate_sample_id", "sample_id",
+                        f"duplicate sample_id {sample_id!r}; first seen at {first_seen[sample_id]}")
+            )
+            continue
+        first_seen[sample_id] = rec.source
+        samples.append(
+            Sample(
+                sample_id=sample_id,
+                split=split,
+                problem=draft.problem,
+                answer=draft.answer,
+                problem_type=draft.problem_type,
+                problem_type_raw=draft.problem_type_raw,
+                data_type=draft.data_type,
+                options=draft.options,
+                videos=draft.videos,
+                images=draft.images,
+                extra={k: v for k, v in draft.record.items() if k not in CONSUMED_FIELDS},
+                source=rec.source,
+                notes=draft.notes + ([id_note] if id_note else []),
+            )
+        )
+
+    assert len(samples) + len(rejects) == len(records), "every record read must be accepted or rejected"
+    samples_ds = _write([s.to_row() for s in samples], SAMPLES_SCHEMA, samples_uri, mode)
+    rejects_ds = _write([r.model_dump() for r in rejects], REJECTS_SCHEMA, rejects_uri, mode)
+    report = IngestReport(
+        samples_uri=samples_uri,
+        rejects_uri=rejects_uri,
+        split=split,
+        read=len(records),
+        accepted=len(samples),
+        rejected=len(rejects),
+        reasons=dict(Counter(r.kind for r in rejects)),
+        samples_version=samples_ds.version,
+        rejects_version=rejects_ds.version,
+        content_hash=table_content_hash(samples_ds),
+        per_problem_type=dict(Counter(s.problem_type for s in samples)),
+        per_data_type=dict(Counter(s.data_type for s in samples)),
+    )
+    log.info("ingest %s: read %d, accepted %d, rejected %d %s", split, report.read, report.accepted,
+             report.rejected, report.reasons)
+    return report
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def read_samples(
+    uri: str | Path, *, split: str | None = None, columns: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
+    """Rows of a `samples` table (optionally one split / some columns), with `extra` decoded to a dict."""
+    dataset = lance.dataset(str(uri))
+    table = dataset.to_table(
+        columns=list(columns) if columns is not None else None,
+        filter=f"split = {_sql_string(split)}" if split is not None else None,
+    )
+    rows = table.to_pylist()
+    for row in rows:
+        if "extra" in row:
+            row["extra"] = json.loads(row["extra"])
+    return rows
+
+
+def read_rejects(uri: str | Path) -> list[dict[str, Any]]:
+    """Every row of a `rejects` table."""
+    return lance.dataset(str(uri)).to_table().to_pylist()

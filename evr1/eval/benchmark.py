@@ -1,0 +1,45 @@
+"""The benchmark registry: one declarative definition per benchmark; adding one touches one place."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Prompted:
+    """What the engine needs for one item: the prompt text with placeholders and the media paths."""
+
+    text: str
+    videos: Sequence[str] = ()
+    images: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    load: Callable[..., list[dict]]                 # source → items (each with a unique "id")
+    prompt: Callable[[Mapping, bool], Prompted]     # (item, thinking) → prompt text and media
+    score: Callable[[str, Mapping], dict[str, float]]  # (model output, item) → {"score": …, …}
+    group_key: Callable[[Mapping], str] = lambda item: str(item.get("problem_type", "all"))
+    metric: str = "accuracy"
+    description: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+BENCHMARKS: dict[str, Benchmark] = {}
+
+
+def register_benchmark(bench: Benchmark) -> Benchmark:
+    if bench.name in BENCHMARKS:
+        raise ValueError(f"benchmark {bench.name!r} is already registered")
+    BENCHMARKS[bench.name] = bench
+    return bench
+
+
+def get_benchmark(name: str) -> Benchmark:
+    try:
+        return BENCHMARKS[name]
+    except KeyError:
+        raise KeyError(f"unknown benchmark {name!r}; known: {', '.join(sorted(BENCHMARKS))}") from None

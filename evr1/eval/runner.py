@@ -1,0 +1,146 @@
+"""The asynchronous evaluation runner: bounded queues load → generate → score.
+
+Loading (cache reads, decoding, tokenising) runs in threads with a concurrency limit and a timeout
+per item, so it overlaps generation; the engine takes whatever is ready, up to a batch. A failing
+or hanging item is recorded with its error and counted as wrong, never hangs the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import traceback
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from evr1.engines import SamplingParams
+from evr1.eval.store import ResultStore
+
+_DONE = object()
+
+
+@dataclass
+class EvalSummary:
+    benchmark: str
+    items: int
+    scored: int
+    failed: int
+    score: float                      # mean over ALL items; failures count as 0
+    by_group: dict[str, dict[str, float]] = field(default_factory=dict)
+    seconds: float = 0.0
+    engine_wait_fraction: float = 0.0
+
+    def metrics(self) -> dict[str, float]:
+        out = {f"{self.benchmark}/score": self.score, f"{self.benchmark}/coverage": self.scored / max(self.items, 1),
+               f"{self.benchmark}/failed": float(self.failed)}
+        for group, row in self.by_group.items():
+            out[f"{self.benchmark}/{group}/score"] = row["score"]
+        return out
+
+
+async def run_items(items: Sequence[Mapping], *, load: Callable[[Mapping], Any], engine, score: Callable[[str, Mapping], dict],
+                    store: ResultStore, sampling: SamplingParams, concurrency: int = 4, queue_size: int = 16,
+                    batch_size: int = 8, timeout_s: float = 300.0, group_key: Callable[[Mapping], str] = lambda i: "all",
+                    benchmark: str = "eval") -> EvalSummary:
+    """Evaluate `items` not already in `store`; return the summary over every item."""
+    t0 = time.perf_counter()
+    todo: asyncio.Queue = asyncio.Queue()
+    for item in items:
+        if not store.done(item["id"]):
+            todo.put_nowait(item)
+    ready: asyncio.Queue = asyncio.Queue(maxsize=queue_size)
+    scored: asyncio.Queue = asyncio.Queue(maxsize=queue_size)
+    waits = {"engine_wait": 0.0, "engine_busy": 0.0}
+
+    def fail(item: Mapping, stage: str, err: BaseException | str) -> None:
+        text = err if isinstance(err, str) else f"{type(err).__name__}: {err}"
+        store.append({"id": item["id"], "group": group_key(item), "score": 0.0, "error": text, "stage": stage})
+
+    async def loader() -> None:
+        while True:
+            try:
+                item = todo.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            try:
+                inputs = await asyncio.wait_for(asyncio.to_thread(load, item), timeout_s)
+            except asyncio.TimeoutError:
+                fail(item, "load", f"timed out after {timeout_s:g} s")
+                continue
+            except Exception as e:  # noqa: BLE001 - every failure is recorded with its item
+                fail(item, "load", e)
+                continue
+            await ready.put((item, inputs))
+
+    async def generator(loaders: list[asyncio.Task]) -> None:
+        while True:
+            w0 = time.perf_counter()
+            first = await ready.get()
+            if first is _DONE:
+                await scored.put(_DONE)
+                return
+            batch = [first]
+            while len(batch) < batch_size and not ready.empty():
+                nxt = ready.get_nowait()
+                if nxt is _DONE:
+                    ready.put_nowait(_DONE)
+                    break
+                batch.append(nxt)
+            w1 = time.perf_counter()
+            waits["engine_wait"] += w1 - w0
+            try:
+                outs = await asyncio.wait_for(engine.agenerate([inp for _, inp in batch], sampling), timeout_s)
+            except Exception as e:  # noqa: BLE001
+                outs = e
+            waits["engine_busy"] += time.perf_counter() - w1
+            for k, (item, _) in enumerate(batch):
+                if isinstance(outs, BaseException):
+                    fail(item, "generate", outs if not isinstance(outs, asyncio.TimeoutError) else "generation timed out")
+                else:
+                    await scored.put((item, outs[k][0].text))
+
+    async def scorer() -> None:
+        while True:
+            got = await scored.get()
+            if got is _DONE:
+                return
+            item, text = got
+            try:
+                result = score(text, item)
+                store.append({"id": item["id"], "group": group_key(item), "output": text, **result})
+            except Exception as e:  # noqa: BLE001
+                fail(item, "score", f"{e}\n{traceback.format_exc(limit=2)}")
+
+    loaders = [asyncio.create_task(loader()) for _ in range(max(1, concurrency))]
+    gen = asyncio.create_task(generator(loaders))
+    sc = asyncio.create_task(scorer())
+    await asyncio.gather(*loaders)
+    await ready.put(_DONE)
+    await gen
+    await sc
+    return summarise(items, store, benchmark=benchmark, group_key=group_key, seconds=time.perf_counter() - t0,
+                     engine_wait=waits["engine_wait"], engine_busy=waits["engine_busy"])
+
+
+def summarise(items: Sequence[Mapping], store: ResultStore, *, benchmark: str, group_key, seconds: float = 0.0,
+              engine_wait: float = 0.0, engine_busy: float = 0.0) -> EvalSummary:
+    """Scores over every item (missing or failed count as 0, and coverage says how many were scored)."""
+    totals: dict[str, list[float]] = defaultdict(list)
+    scored = failed = 0
+    for item in items:
+        rec = store.results.get(str(item["id"]))
+        value = float(rec.get("score", 0.0)) if rec else 0.0
+        if rec and "error" in rec:
+            failed += 1
+        elif rec:
+            scored += 1
+        totals[group_key(item)].append(value)
+        totals["__all__"].append(value)
+    everything = totals.pop("__all__", [])
+    by_group = {g: {"score": sum(v) / len(v), "n": float(len(v))} for g, v in sorted(totals.items())}
+    busy_and_wait = engine_wait + engine_busy
+    return EvalSummary(benchmark=benchmark, items=len(items), scored=scored, failed=failed,
+                       score=sum(everything) / len(everything) if everything else 0.0, by_group=by_group,
+                       seconds=seconds, engine_wait_fraction=engine_wait / busy_and_wait if busy_and_wait else 0.0)

@@ -1,0 +1,191 @@
+"""One FSDP2 rank of the actor: the policy (sharded, trained with AdamW) and the frozen reference.
+
+A Ray actor wraps this class (`trainer.py`); every rank receives an equal share of the step's
+sequences and runs the same number of forward/backward passes, because FSDP2's all-gathers and
+reduce-scatters are collectives that every rank must enter together.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_state_dict,
+)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+from evr1 import rl
+from evr1.models import load_adapter, load_model, response_log_probs
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class Shard:
+    """This rank's part of a step: prompts, sampled responses and their token-level advantages."""
+
+    prompts: list  # list[PromptInputs]
+    responses: list[list[int]]
+    advantages: list[list[float]]
+    global_token_count: int
+    global_sequence_count: int
+
+
+def shard_model(model: torch.nn.Module, mesh) -> None:
+    """Shard each transformer block (the classes HF marks as not to be split), then the root."""
+    block_names = set(getattr(model, "_no_split_modules", None) or [])
+    for module in model.modules():
+        if type(module).__name__ in block_names:
+            fully_shard(module, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+class PolicyWorker:
+    def __init__(self, rank: int, world_size: int, master: str, model_dir: str, options: dict):
+        self.rank, self.world_size, self.o = rank, world_size, options
+        device = options["device"]
+        torch.set_num_threads(max(1, (os.cpu_count() or 2) // world_size))
+        if device == "cuda":
+            torch.cuda.set_device(0)  # Ray assigns one GPU per actor and sets CUDA_VISIBLE_DEVICES.
+        dist.init_process_group("nccl" if device == "cuda" else "gloo", init_method=f"tcp://{master}",
+                                rank=rank, world_size=world_size)
+        mesh = init_device_mesh(device, (world_size,))
+        torch.manual_seed(options["seed"])
+        dtype = DTYPES[options["dtype"]]
+        self.adapter = load_adapter(model_dir)
+        self.model = load_model(model_dir, dtype=dtype, attn_implementation=options["attn_implementation"])
+        self.model.to(device)
+        self.model.train()
+        if options.get("gradient_checkpointing"):
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        shard_model(self.model, mesh)
+        self.ref = None
+        if options["use_kl_loss"]:
+            self.ref = load_model(model_dir, dtype=dtype, attn_implementation=options["attn_implementation"]).to(device)
+            self.ref.requires_grad_(False)
+            shard_model(self.ref, mesh)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=options["lr"], betas=tuple(options["betas"]),
+                                           weight_decay=options["weight_decay"])
+        self.device = device
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def _micro_batches(self, shard: Shard):
+        mbs = self.o["micro_batch_size"]
+        for i in range(0, len(shard.responses), mbs):
+            batch = self.adapter.collate(shard.prompts[i : i + mbs], shard.responses[i : i + mbs])
+            adv = torch.zeros(batch.response_mask.shape, dtype=torch.float32)
+            for row, values in enumerate(shard.advantages[i : i + mbs]):
+                adv[row, : len(values)] = torch.tensor(values, dtype=torch.float32)
+            yield batch.to(self.device), adv.to(self.device)
+
+    def _log_probs(self, model, batch, with_entropy=False):
+        return response_log_probs(model, batch, temperature=self.o["temperature"], with_entropy=with_entropy)
+
+    # -- the step ----------------------------------------------------------------------------------
+
+    def step(self, shard: Shard) -> dict[str, float]:
+        """Old and reference log-probs, then `ppo_epochs` passes of clipped policy-gradient updates."""
+        micro = list(self._micro_batches(shard))
+        old, ref = [], []
+        with torch.no_grad():
+            for batch, _ in micro:
+                old.append(self._log_probs(self.model, batch)[0].float())
+                ref.append(self._log_probs(self.ref, batch)[0].float() if self.ref is not None else None)
+        agg = self.o["loss_agg_mode"]
+        sums: dict[str, float] = {}
+        count = 0
+        for _ in range(self.o["ppo_epochs"]):
+            self.optimizer.zero_grad(set_to_none=True)
+            for (batch, adv), old_lp, ref_lp in zip(micro, old, ref):
+                mask = batch.response_mask.float()
+                want_entropy = self.o["entropy_coeff"] != 0.0
+                log_probs, entropy = self._log_probs(self.model, batch, with_entropy=True)
+                log_probs = log_probs.float()
+                token_mean = agg == "token-mean"
+                pg_loss, pg_metrics = rl.policy_loss(
+                    self.o["policy_loss"], log_probs, old_lp, adv, mask,
+                    loss_agg_mode=agg, **({"global_token_count": shard.global_token_count} if token_mean else {}),
+                    **self.o["loss_options"],
+                )
+                loss = pg_loss
+                metrics = {f"actor/{k}": float(v) for k, v in pg_metrics.items()}
+                if ref_lp is not None:
+                    kl = rl.kl_penalty(log_probs, ref_lp, self.o["kl_penalty"])
+                    kl_term = rl.aggregate_loss(kl, mask, agg, **({"global_token_count": shard.global_token_count} if token_mean else {}))
+                    loss = loss + self.o["kl_loss_coef"] * kl_term
+                    metrics["actor/kl_loss"] = float(rl.masked_mean(kl.detach(), mask))
+                if entropy is not None:
+                    ent = rl.aggregate_loss(entropy.float(), mask, agg, **({"global_token_count": shard.global_token_count} if token_mean else {}))
+                    if want_entropy:
+                        loss = loss - self.o["entropy_coeff"] * ent
+                    metrics["actor/entropy"] = float(rl.masked_mean(entropy.detach().float(), mask))
+                if not batch.has_media():
+                    loss = loss + 0.0 * self._visual_dummy()
+                # token-mean is already normalised by the global token count; FSDP2 averages gradients
+                # over ranks, so scale by the world size to keep it an exact global token mean. Sequence
+                # means are averaged over this rank's micro-batches, then over ranks by FSDP.
+                scale = self.world_size if token_mean else batch.response_mask.shape[0] / len(shard.responses)
+                (loss * scale).backward()
+                metrics["actor/pg_loss"] = float(pg_loss.detach())
+                for k, v in metrics.items():
+                    sums[k] = sums.get(k, 0.0) + v
+                count += 1
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.o["grad_clip"])
+            grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+            if torch.isfinite(grad_norm):
+                self.optimizer.step()
+            sums["actor/grad_norm"] = sums.get("actor/grad_norm", 0.0) + float(grad_norm) * (len(micro))
+        out = {k: v / max(count, 1) for k, v in sums.items()}
+        out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
+        return out
+
+    def _visual_dummy(self) -> torch.Tensor:
+        """A zero-weight pass through the vision tower for a micro-batch without media.
+
+        Keeps every rank's collectives identical when one rank's micro-batch is text-only.
+        """
+        dummy = self.adapter.dummy_media()
+        out = self.model.model.visual(dummy["pixel_values"].to(self.device), grid_thw=dummy["image_grid_thw"].to(self.device))
+        tensors = out if isinstance(out, (tuple, list)) else [out]
+        flat = [t for t in _flatten(tensors) if torch.is_tensor(t) and t.is_floating_point()]
+        return sum(t.sum() for t in flat)
+
+    # -- weights and checkpoints (collective: every rank calls these together) ----------------------
+
+    def full_state_dict(self) -> dict | None:
+        sd = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return sd if self.rank == 0 else None
+
+    def save(self, path: str) -> None:
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=path)
+
+    def load(self, path: str) -> None:
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        state = {"model": model_sd, "optim": optim_sd}
+        dcp.load(state, checkpoint_id=path)
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
+    def shutdown(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _flatten(items):
+    for item in items:
+        if isinstance(item, (tuple, list)):
+            yield from _flatten(item)
+        elif hasattr(item, "last_hidden_state") or hasattr(item, "pooler_output"):
+            yield from (v for v in vars(item).values() if torch.is_tensor(v))
+        else:
+            yield item

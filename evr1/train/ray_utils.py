@@ -1,0 +1,43 @@
+"""Starting or joining Ray with settings that fit a 2-core laptop as well as a cluster."""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+
+import ray
+
+# Set before any ray.init: no usage reporting (no network here), no token auth prompt on a laptop.
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+
+def ensure_ray(address: str | None = None, *, num_cpus: int | None = 2, object_store_mb: int = 256) -> None:
+    """Connect to `address`, or start a small local instance once per process (init costs 3-6 s)."""
+    if ray.is_initialized():
+        return
+    if address:
+        ray.init(address=address, logging_level="WARNING", log_to_driver=True)
+        return
+    # Ray's socket paths must stay short (107 bytes), so its temp dir lives directly under /tmp.
+    temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    ray.init(
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        object_store_memory=object_store_mb * 1024 * 1024,
+        _temp_dir=temp_dir,
+        logging_level="WARNING",
+        runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}},
+    )
+
+
+def free_port() -> int:
+    """An unused TCP port on this host, for torch.distributed's rendezvous."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def node_ip() -> str:
+    return ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"

@@ -1,0 +1,215 @@
+"""The GRPO-family training loop on Ray: rollout → reward → advantages → FSDP2 update → weight sync.
+
+The driver (this module) owns the data cursor and the small per-step math; Ray actors own the
+models. One call to `train()` is one long stage: Prefect sees its start, end and result, MLflow
+sees every step.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import ray
+import torch
+
+from evr1 import rewards, rl
+from evr1.cache import FrameReader
+from evr1.config import Config
+from evr1.models import load_adapter
+from evr1.train import checkpoint as ckpt_io
+from evr1.train.policy_worker import PolicyWorker, Shard
+from evr1.train.prompt_source import Cursor, PromptSource, encode_sample, frame_params, reward_sample
+from evr1.train.ray_utils import ensure_ray, free_port, node_ip
+from evr1.train.rollout_worker import RolloutWorker
+
+
+@dataclass
+class TrainResult:
+    checkpoint: Path
+    steps: int
+    history: list[dict] = field(default_factory=list)
+
+    @property
+    def final_metrics(self) -> dict[str, float]:
+        return self.history[-1] if self.history else {}
+
+
+def _worker_options(cfg: Config) -> dict:
+    a, t = cfg.algorithm, cfg.trainer
+    loss_options = {"clip_ratio_low": a.clip_ratio_low, "clip_ratio_high": a.clip_ratio_high}
+    if a.policy_loss == "ppo":
+        loss_options["clip_ratio_dual"] = a.clip_ratio_dual
+    return {
+        "device": t.device, "seed": cfg.run.seed, "dtype": cfg.model.dtype,
+        "attn_implementation": cfg.model.attn_implementation,
+        "gradient_checkpointing": cfg.model.gradient_checkpointing,
+        "use_kl_loss": a.use_kl_loss, "kl_loss_coef": a.kl_loss_coef, "kl_penalty": a.kl_penalty,
+        "entropy_coeff": a.entropy_coeff, "policy_loss": a.policy_loss, "loss_agg_mode": a.loss_agg_mode,
+        "loss_options": loss_options, "lr": t.lr, "betas": list(t.betas), "weight_decay": t.weight_decay,
+        "grad_clip": t.grad_clip, "micro_batch_size": t.micro_batch_size, "ppo_epochs": t.ppo_epochs,
+        "temperature": max(cfg.rollout.temperature, 1e-6) if cfg.rollout.temperature > 0 else 1.0,
+    }
+
+
+def _scorer(cfg: Config) -> Callable[[list[str], list[dict]], tuple[list[dict], dict]]:
+    r = cfg.reward
+    if r.function:
+        fn = rewards.load_reward_function(r.function)
+        return lambda texts, samples: ([fn(t, s) for t, s in zip(texts, samples)], {})
+    def score(texts, samples):
+        out = rewards.compute_scores(texts, samples, workers=r.workers, timeout=r.timeout_s,
+                                     accuracy_weight=r.accuracy_weight, format_weight=r.format_weight)
+        return out.scores, out.metrics
+    return score
+
+
+class _Cluster:
+    """The actor group: `world_size` FSDP2 ranks plus one rollout worker."""
+
+    def __init__(self, cfg: Config, model_dir: Path):
+        t = cfg.trainer
+        gpus = 1 if t.device == "cuda" else 0
+        master = f"{node_ip()}:{free_port()}"
+        Policy = ray.remote(num_cpus=0, num_gpus=gpus)(PolicyWorker)
+        Rollout = ray.remote(num_cpus=0, num_gpus=gpus)(RolloutWorker)
+        options = _worker_options(cfg)
+        self.ranks = [Policy.remote(r, t.world_size, master, str(model_dir), options) for r in range(t.world_size)]
+        self.rollout = Rollout.remote(str(model_dir), cfg.rollout.engine,
+                                      {"batch_size": cfg.rollout.batch_size, "dtype": cfg.model.dtype})
+
+    def all(self, method: str, *args) -> list:
+        return ray.get([getattr(r, method).remote(*args) for r in self.ranks])
+
+    def sync_weights(self) -> None:
+        state = self.all("full_state_dict")[0]
+        ray.get(self.rollout.set_weights.remote(state))
+
+    def shutdown(self) -> None:
+        try:
+            self.all("shutdown")
+        finally:
+            for actor in [*self.ranks, self.rollout]:
+                ray.kill(actor)
+
+
+def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir: Path, out_dir: Path,
+          log_metrics: Callable[[dict, int], None] = lambda m, s: None) -> TrainResult:
+    """Run `cfg.trainer.steps` GRPO steps from `model_dir`; resume from `out_dir` when it holds a checkpoint."""
+    t, ro = cfg.trainer, cfg.rollout
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ensure_ray(cfg.orchestration.ray_address, num_cpus=cfg.orchestration.ray_num_cpus,
+               object_store_mb=cfg.orchestration.ray_object_store_mb)
+    adapter = load_adapter(model_dir)
+    params = frame_params(cfg.cache, adapter.family.factor)
+    mode = cfg.cache.mode if (cfg.cache.enabled and frames_uri) else "decode-only"
+    reader = FrameReader(frames_uri, params, mode=mode, data_root=cfg.data.data_root)
+    score = _scorer(cfg)
+
+    resume_from = ckpt_io.latest_checkpoint(out_dir) if t.resume else None
+    state = ckpt_io.read_state(resume_from) if resume_from else {"step": 0, "cursor": {}, "history": []}
+    source = PromptSource(samples, seed=cfg.run.seed, cursor=Cursor(**state["cursor"]))
+    history: list[dict] = state.get("history", [])
+
+    cluster = _Cluster(cfg, model_dir)
+    try:
+        if resume_from:
+            cluster.all("load", str(resume_from))
+        cluster.sync_weights()
+        step = state["step"]
+        while step < t.steps:
+            step += 1
+            metrics = _one_step(cfg, cluster, source, adapter, reader, score, step)
+            history.append({"step": step, **metrics})
+            log_metrics(metrics, step)
+            if step == t.steps or (t.save_every and step % t.save_every == 0):
+                _save(cluster, out_dir, step, source, history, cfg, model_dir)
+                ckpt_io.prune(out_dir, t.keep_last)
+        final = ckpt_io.latest_checkpoint(out_dir)
+        if not (final / "probe.pt").exists():
+            _write_probe(cluster, source.samples[0], adapter, reader, cfg, final)
+    finally:
+        cluster.shutdown()
+    return TrainResult(checkpoint=final, steps=step, history=history)
+
+
+def _one_step(cfg, cluster: _Cluster, source: PromptSource, adapter, reader, score, step: int) -> dict:
+    t, ro = cfg.trainer, cfg.rollout
+    t0 = time.perf_counter()
+    batch = source.next_batch(t.prompts_per_step)
+    prompts = [encode_sample(s, adapter, reader, template=ro.template, thinking=ro.thinking) for s in batch]
+    t_load = time.perf_counter()
+    sampling = {"n": ro.n, "max_new_tokens": ro.max_new_tokens, "temperature": ro.temperature,
+                "top_p": ro.top_p, "top_k": ro.top_k, "seed": cfg.run.seed * 100003 + step}
+    groups = ray.get(cluster.rollout.generate.remote(prompts, sampling))
+    t_gen = time.perf_counter()
+
+    seq_prompts, responses, texts, rsamples, uids, truncated = [], [], [], [], [], []
+    for i, (sample, group) in enumerate(zip(batch, groups)):
+        for g in group:
+            seq_prompts.append(prompts[i])
+            responses.append(g["token_ids"] or [adapter.pad_token_id])
+            texts.append(g["text"])
+            rsamples.append(reward_sample(sample))
+            uids.append(sample["sample_id"])
+            truncated.append(g["finish_reason"] == "length")
+    scores, reward_metrics = score(texts, rsamples)
+    overall = torch.tensor([s["overall"] for s in scores], dtype=torch.float32)
+    lengths = [len(r) for r in responses]
+    width = max(lengths)
+    mask = torch.zeros(len(responses), width)
+    for row, n in enumerate(lengths):
+        mask[row, :n] = 1.0
+    a = cfg.algorithm
+    options = {"std": a.std} if a.adv_estimator == "grpo" else {}
+    advantages, _ = rl.compute_advantages(a.adv_estimator, overall, uids, mask, **options)
+    t_adv = time.perf_counter()
+
+    # Equal shares per rank; FSDP2 needs every rank to run the same number of micro-batches.
+    w = t.world_size
+    per = len(responses) // w
+    total_tokens = int(sum(lengths))
+    shards = [Shard(prompts=seq_prompts[k * per:(k + 1) * per], responses=responses[k * per:(k + 1) * per],
+                    advantages=[advantages[row, :lengths[row]].tolist() for row in range(k * per, (k + 1) * per)],
+                    global_token_count=total_tokens, global_sequence_count=len(responses)) for k in range(w)]
+    rank_metrics = ray.get([r.step.remote(s) for r, s in zip(cluster.ranks, shards)])
+    t_update = time.perf_counter()
+    cluster.sync_weights()
+    t_sync = time.perf_counter()
+
+    acc = np.array([s.get("accuracy", 0.0) for s in scores])
+    fmt = np.array([s.get("format", 0.0) for s in scores])
+    metrics = {
+        "reward/overall": float(overall.mean()), "reward/accuracy": float(acc.mean()), "reward/format": float(fmt.mean()),
+        "reward/overall_std": float(overall.std()) if len(overall) > 1 else 0.0,
+        "response/length_mean": float(np.mean(lengths)), "response/clip_ratio": float(np.mean(truncated)),
+        "adv/mean": float(rl.masked_mean(advantages, mask)), "data/epoch": float(source.cursor.epoch),
+        "time/load_s": t_load - t0, "time/generate_s": t_gen - t_load, "time/reward_s": t_adv - t_gen,
+        "time/update_s": t_update - t_adv, "time/sync_s": t_sync - t_update, "time/step_s": t_sync - t0,
+    }
+    for key in rank_metrics[0]:
+        metrics[key] = float(np.mean([m[key] for m in rank_metrics]))
+    for k, v in (reward_metrics or {}).items():
+        if isinstance(v, (int, float)):
+            metrics[f"reward/{k}"] = float(v)
+    return metrics
+
+
+def _save(cluster: _Cluster, out_dir: Path, step: int, source: PromptSource, history, cfg: Config, model_dir) -> Path:
+    path = ckpt_io.step_dir(out_dir, step)
+    path.mkdir(parents=True, exist_ok=True)
+    cluster.all("save", str(path))
+    ckpt_io.write_state(path, {"step": step, "cursor": source.state(), "history": history, "seed": cfg.run.seed,
+                               "base_model": str(model_dir), "world_size": cfg.trainer.world_size})
+    return path
+
+
+def _write_probe(cluster: _Cluster, sample: dict, adapter, reader, cfg, ckpt: Path) -> None:
+    """Logits of the final weights on a fixed input, kept with the checkpoint so merge can verify itself."""
+    prompt = encode_sample(sample, adapter, reader, template=cfg.rollout.template, thinking=cfg.rollout.thinking)
+    response = adapter.tokenizer.encode("<answer>A</answer>", add_special_tokens=False)
+    probe = ray.get(cluster.rollout.probe_logits.remote(prompt, response))
+    torch.save(probe, ckpt / "probe.pt")

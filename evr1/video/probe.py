@@ -1,0 +1,86 @@
+"""Video metadata without decoding pixels: frame count, native fps, duration, size, codec."""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from fractions import Fraction
+
+import av
+
+from evr1.video.errors import VideoDecodeError
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    """What sampling needs to know before decoding. `total_frames` counts frames, not header claims."""
+
+    path: str
+    total_frames: int
+    fps: float
+    duration: float
+    height: int
+    width: int
+    codec: str
+
+
+def check_file(path: str, error: type = VideoDecodeError) -> None:
+    """Fail early, with a precise reason, for a path that is not a readable non-empty file."""
+    if not os.path.exists(path):
+        raise error(path, "file does not exist", kind="missing")
+    if not os.path.isfile(path):
+        raise error(path, "not a regular file", kind="not_a_file")
+    if os.path.getsize(path) == 0:
+        raise error(path, "file is empty (0 bytes)", kind="empty")
+
+
+@contextmanager
+def open_video(path: str):
+    """Open a container and yield (container, video_stream); translate FFmpeg errors to VideoDecodeError."""
+    check_file(path)
+    try:
+        container = av.open(path, mode="r")
+    except av.error.InvalidDataError as exc:
+        raise VideoDecodeError(path, f"not a media file, or corrupt/truncated ({exc})", kind="corrupt") from exc
+    except av.FFmpegError as exc:
+        raise VideoDecodeError(path, f"cannot open ({exc})", kind="corrupt") from exc
+    try:
+        if not container.streams.video:
+            kinds = sorted({s.type for s in container.streams}) or ["none"]
+            raise VideoDecodeError(path, f"no video stream (streams: {', '.join(kinds)})", kind="no_video_stream")
+        stream = container.streams.video[0]
+        if stream.codec_context is None or stream.codec_context.codec is None:
+            raise VideoDecodeError(path, "unsupported codec (no decoder)", kind="unsupported_codec")
+        yield container, stream
+    finally:
+        container.close()
+
+
+def _count_packets(container, stream) -> int:
+    """Frame count by demuxing (no decoding): one packet per frame for the codecs we meet."""
+    return sum(1 for packet in container.demux(stream) if packet.size > 0)
+
+
+def _native_fps(stream, total_frames: int, duration: float) -> float:
+    for rate in (stream.average_rate, stream.guessed_rate, stream.base_rate):
+        if rate and Fraction(rate) > 0:
+            return float(rate)
+    return total_frames / duration if duration > 0 else 0.0
+
+
+def probe_video(path: str | os.PathLike) -> VideoInfo:
+    """Read the container header; count packets when the header has no frame count."""
+    path = os.fspath(path)
+    with open_video(path) as (container, stream):
+        header_duration = float(stream.duration * stream.time_base) if stream.duration and stream.time_base else 0.0
+        if not header_duration and container.duration:
+            header_duration = container.duration / av.time_base
+        try:
+            total = stream.frames or _count_packets(container, stream)
+        except av.FFmpegError as exc:
+            raise VideoDecodeError(path, f"corrupt stream while counting frames ({exc})", kind="corrupt") from exc
+        fps = _native_fps(stream, total, header_duration)
+        duration = header_duration or (total / fps if fps else 0.0)
+        ctx = stream.codec_context
+        return VideoInfo(path, int(total), fps, duration, ctx.height, ctx.width, ctx.codec.name)
