@@ -1,0 +1,89 @@
+"""Config loading: the shipped configs validate; typos and wrong types fail naming the key and the file."""
+
+from pathlib import Path
+
+import pytest
+
+from evr1.config import ConfigError, apply_overrides, flat_params, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "conf").glob("*.yaml")))
+def test_shipped_configs_validate(name):
+    cfg = load_config(ROOT / "conf" / name)
+    assert cfg.run.name
+    # Every shipped config opens with a comment saying what it is for and how to run it.
+    assert (ROOT / "conf" / name).read_text().startswith("#")
+
+
+def test_tiny_is_the_embedded_default():
+    cfg = load_config(ROOT / "conf/tiny.yaml")
+    assert cfg.model.path is None and cfg.model.tiny.family == "qwen3_vl"
+    assert cfg.data.synth is not None
+    assert (cfg.trainer.prompts_per_step * cfg.rollout.n) % cfg.trainer.world_size == 0
+
+
+def _write(tmp_path, text):
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    return p
+
+
+BASE = "data: {synth: {n: 8, heldout: 2}}\nmodel: {tiny: {family: qwen3_vl}}\n"
+
+
+def test_unknown_key_names_key_and_file(tmp_path):
+    p = _write(tmp_path, BASE + "trainer: {stepz: 3}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert "trainer.stepz" in str(e.value) and str(p) in str(e.value) and "unknown key" in str(e.value)
+
+
+def test_wrong_type_names_key_and_file(tmp_path):
+    p = _write(tmp_path, BASE + "trainer: {steps: many}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert "trainer.steps" in str(e.value) and str(p) in str(e.value)
+
+
+def test_overrides_apply_and_are_validated(tmp_path):
+    p = _write(tmp_path, BASE)
+    cfg = load_config(p, ["trainer.steps=7", "rollout.n=2", "data.train_files=[a.jsonl]", "cache.max_pixels=null"])
+    assert cfg.trainer.steps == 7 and cfg.rollout.n == 2 and cfg.data.train_files == ["a.jsonl"]
+    assert cfg.cache.max_pixels is None
+    with pytest.raises(ConfigError) as e:
+        load_config(p, ["trainer.nope=1"])
+    assert "trainer.nope" in str(e.value) and "overrides" in str(e.value)
+    with pytest.raises(ConfigError):
+        load_config(p, ["no-equals-sign"])
+
+
+def test_reward_weights_must_sum_to_one(tmp_path):
+    p = _write(tmp_path, BASE + "reward: {accuracy_weight: 0.8, format_weight: 0.1}\n")
+    with pytest.raises(ConfigError, match="must be 1"):
+        load_config(p)
+    p = _write(tmp_path, BASE + "reward: {accuracy_weight: 1.5, format_weight: -0.5}\n")
+    with pytest.raises(ConfigError, match="reward.accuracy_weight"):
+        load_config(p)
+
+
+def test_batch_must_split_evenly_over_ranks(tmp_path):
+    p = _write(tmp_path, BASE + "trainer: {prompts_per_step: 3, world_size: 2}\nrollout: {n: 1}\n")
+    with pytest.raises(ConfigError, match="divisible by trainer.world_size"):
+        load_config(p)
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "absent.yaml")
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(_write(tmp_path, "data: [unclosed\n"))
+
+
+def test_apply_overrides_does_not_mutate_and_flat_params(tmp_path):
+    data = {"a": {"b": 1}}
+    out = apply_overrides(data, ["a.c.d=2"])
+    assert data == {"a": {"b": 1}} and out == {"a": {"b": 1, "c": {"d": 2}}}
+    params = flat_params(load_config(_write(tmp_path, BASE)))
+    assert params["trainer.steps"] == "4" and params["model.tiny.family"] == "qwen3_vl"
