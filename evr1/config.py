@@ -114,18 +114,43 @@ class RolloutConfig(Section):
 
 
 class AlgorithmConfig(Section):
-    adv_estimator: str = "grpo"
+    """Estimator, policy loss and KL (docs/rl.md has the formulas and an EasyR1/verl/TRL mapping).
+
+    A `None` leaves the loss's own default: PPO clips 0.2/0.3, GSPO 3e-4/4e-4, CISPO caps the
+    weight at 1 + 4.0 with no lower bound; the aggregation defaults per loss likewise.
+    """
+
+    adv_estimator: Literal["grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"] = "grpo"
     std: Literal["sample", "population", "none"] = "sample"
-    policy_loss: str = "ppo"
-    clip_ratio_low: float = 0.2
-    clip_ratio_high: float = 0.3
+    gamma: float = Field(1.0, ge=0.0, le=1.0)
+    policy_loss: Literal["ppo", "gspo", "cispo", "sapo"] = "ppo"
+    clip_ratio_low: float | None = None
+    clip_ratio_high: float | None = None
     clip_ratio_dual: float | None = 3.0
-    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
+    tau_positive: float | None = None
+    tau_negative: float | None = None
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] | None = None
+    loss_scale_factor: float | None = None
     use_kl_loss: bool = True
     kl_loss_coef: float = Field(0.01, ge=0.0)
-    kl_penalty: str = "low_var_kl"
+    kl_penalty: Literal["k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl"] = "low_var_kl"
     entropy_coeff: float = 0.0
-    dynamic_sampling: bool = False
+
+    def loss_options(self) -> dict:
+        """The options that belong to the chosen policy loss (others would be rejected by evr1.rl)."""
+        keys = {"ppo": ("clip_ratio_low", "clip_ratio_high", "clip_ratio_dual"),
+                "gspo": ("clip_ratio_low", "clip_ratio_high"),
+                "cispo": ("clip_ratio_low", "clip_ratio_high"),
+                "sapo": ("tau_positive", "tau_negative")}[self.policy_loss]
+        out = {k: getattr(self, k) for k in keys if getattr(self, k) is not None or k == "clip_ratio_dual"}
+        if self.loss_agg_mode is not None:
+            out["loss_agg_mode"] = self.loss_agg_mode
+        if self.loss_scale_factor is not None:
+            out["loss_scale_factor"] = self.loss_scale_factor
+        return out
+
+    def estimator_options(self) -> dict:
+        return {"grpo": {"std": self.std}, "reinforce_plus_plus": {"gamma": self.gamma}}.get(self.adv_estimator, {})
 
 
 class RewardConfig(Section):

@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -111,34 +112,30 @@ class PolicyWorker:
                 want_entropy = self.o["entropy_coeff"] != 0.0
                 log_probs, entropy = self._log_probs(self.model, batch, with_entropy=True)
                 log_probs = log_probs.float()
-                token_mean = agg == "token-mean"
-                pg_loss, pg_metrics = rl.policy_loss(
-                    self.o["policy_loss"], log_probs, old_lp, adv, mask,
-                    loss_agg_mode=agg, **({"global_token_count": shard.global_token_count} if token_mean else {}),
-                    **self.o["loss_options"],
-                )
+                # Global counts make every aggregation mode an exact sum over micro-batches and ranks.
+                counts = {"global_token_count": shard.global_token_count, "global_seq_count": shard.global_sequence_count,
+                          "loss_scale_factor": self.o["loss_scale_factor"]}
+                pg_loss, pg_metrics = rl.policy_loss(self.o["policy_loss"], log_probs, old_lp, adv, mask,
+                                                     loss_agg_mode=agg, **counts, **self.o["loss_options"])
                 loss = pg_loss
                 metrics = {f"actor/{k}": float(v) for k, v in pg_metrics.items()}
                 if ref_lp is not None:
                     kl = rl.kl_penalty(log_probs, ref_lp, self.o["kl_penalty"])
-                    kl_term = rl.aggregate_loss(kl, mask, agg, **({"global_token_count": shard.global_token_count} if token_mean else {}))
-                    loss = loss + self.o["kl_loss_coef"] * kl_term
+                    loss = loss + self.o["kl_loss_coef"] * rl.aggregate_loss(kl, mask, agg, **counts)
                     metrics["actor/kl_loss"] = float(rl.masked_mean(kl.detach(), mask))
                 if entropy is not None:
-                    ent = rl.aggregate_loss(entropy.float(), mask, agg, **({"global_token_count": shard.global_token_count} if token_mean else {}))
                     if want_entropy:
-                        loss = loss - self.o["entropy_coeff"] * ent
+                        loss = loss - self.o["entropy_coeff"] * rl.aggregate_loss(entropy.float(), mask, agg, **counts)
                     metrics["actor/entropy"] = float(rl.masked_mean(entropy.detach().float(), mask))
-                if not batch.has_media():
+                if not any(k in batch.model_inputs() for k in ("pixel_values", "pixel_values_videos")):
                     loss = loss + 0.0 * self._visual_dummy()
-                # token-mean is already normalised by the global token count; FSDP2 averages gradients
-                # over ranks, so scale by the world size to keep it an exact global token mean. Sequence
-                # means are averaged over this rank's micro-batches, then over ranks by FSDP.
-                scale = self.world_size if token_mean else batch.response_mask.shape[0] / len(shard.responses)
-                (loss * scale).backward()
-                metrics["actor/pg_loss"] = float(pg_loss.detach())
+                # The loss is already normalised by global counts; FSDP2 averages gradients over ranks,
+                # so multiplying by the world size turns that average into the exact global sum.
+                (loss * self.world_size).backward()
                 for k, v in metrics.items():
                     sums[k] = sums.get(k, 0.0) + v
+                # pg_loss is this micro-batch's share of the global loss: shares add up, they do not average.
+                sums["actor/pg_loss"] = sums.get("actor/pg_loss", 0.0) + float(pg_loss.detach()) * len(micro)
                 count += 1
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.o["grad_clip"])
             grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
@@ -146,6 +143,7 @@ class PolicyWorker:
                 self.optimizer.step()
             sums["actor/grad_norm"] = sums.get("actor/grad_norm", 0.0) + float(grad_norm) * (len(micro))
         out = {k: v / max(count, 1) for k, v in sums.items()}
+        out["actor/pg_loss"] *= self.world_size  # summed over micro-batches here; the driver averages ranks
         out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
         return out
 
@@ -154,7 +152,8 @@ class PolicyWorker:
 
         Keeps every rank's collectives identical when one rank's micro-batch is text-only.
         """
-        dummy = self.adapter.dummy_media()
+        f = self.adapter.family.factor
+        dummy = self.adapter.encode_prompt("<image>", images=[np.zeros((f, f, 3), dtype=np.uint8)]).mm
         out = self.model.model.visual(dummy["pixel_values"].to(self.device), grid_thw=dummy["image_grid_thw"].to(self.device))
         tensors = out if isinstance(out, (tuple, list)) else [out]
         flat = [t for t in _flatten(tensors) if torch.is_tensor(t) and t.is_floating_point()]

@@ -40,16 +40,15 @@ class TrainResult:
 
 def _worker_options(cfg: Config) -> dict:
     a, t = cfg.algorithm, cfg.trainer
-    loss_options = {"clip_ratio_low": a.clip_ratio_low, "clip_ratio_high": a.clip_ratio_high}
-    if a.policy_loss == "ppo":
-        loss_options["clip_ratio_dual"] = a.clip_ratio_dual
     return {
         "device": t.device, "seed": cfg.run.seed, "dtype": cfg.model.dtype,
         "attn_implementation": cfg.model.attn_implementation,
         "gradient_checkpointing": cfg.model.gradient_checkpointing,
         "use_kl_loss": a.use_kl_loss, "kl_loss_coef": a.kl_loss_coef, "kl_penalty": a.kl_penalty,
-        "entropy_coeff": a.entropy_coeff, "policy_loss": a.policy_loss, "loss_agg_mode": a.loss_agg_mode,
-        "loss_options": loss_options, "lr": t.lr, "betas": list(t.betas), "weight_decay": t.weight_decay,
+        "entropy_coeff": a.entropy_coeff, "policy_loss": a.policy_loss,
+        "loss_agg_mode": a.loss_agg_mode or rl.POLICY_LOSSES[a.policy_loss].default_agg_mode,
+        "loss_scale_factor": a.loss_scale_factor or float(cfg.rollout.max_new_tokens),
+        "loss_options": {k: v for k, v in a.loss_options().items() if k != "loss_agg_mode"}, "lr": t.lr, "betas": list(t.betas), "weight_decay": t.weight_decay,
         "grad_clip": t.grad_clip, "micro_batch_size": t.micro_batch_size, "ppo_epochs": t.ppo_epochs,
         "temperature": max(cfg.rollout.temperature, 1e-6) if cfg.rollout.temperature > 0 else 1.0,
     }
@@ -164,8 +163,7 @@ def _one_step(cfg, cluster: _Cluster, source: PromptSource, adapter, reader, sco
     for row, n in enumerate(lengths):
         mask[row, :n] = 1.0
     a = cfg.algorithm
-    options = {"std": a.std} if a.adv_estimator == "grpo" else {}
-    advantages, _ = rl.compute_advantages(a.adv_estimator, overall, uids, mask, **options)
+    advantages, _ = rl.compute_advantages(a.adv_estimator, overall, uids, mask, **a.estimator_options())
     t_adv = time.perf_counter()
 
     # Equal shares per rank; FSDP2 needs every rank to run the same number of micro-batches.

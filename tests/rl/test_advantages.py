@@ -96,7 +96,11 @@ def test_grpo_each_group_sums_to_zero(groups, std):
 
 
 @settings(max_examples=60, deadline=None)
-@given(value=st.floats(-1e6, 1e6, allow_nan=False), size=st.integers(1, 8), std=st.sampled_from(["sample", "population", "none"]))
+@given(
+    value=st.floats(-1e6, 1e6, allow_nan=False),
+    size=st.integers(1, 8),
+    std=st.sampled_from(["sample", "population", "none"]),
+)
 def test_grpo_equal_rewards_give_exactly_zero(value, size, std):
     scores = torch.full((size,), value, dtype=torch.float32)
     advantages, _ = compute_advantages("grpo", scores, ["g"] * size, torch.ones(size, 3), std=std)

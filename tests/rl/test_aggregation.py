@@ -36,13 +36,14 @@ def test_global_token_count_makes_micro_batches_sum_to_the_global_token_mean(dty
     whole = aggregate_loss(loss, mask, "token-mean")
     (whole_grad,) = torch.autograd.grad(whole, loss)
     count = int(mask.sum())
-    parts = [aggregate_loss(loss[s], mask[s], "token-mean", global_token_count=count) for s in (slice(0, 2), slice(2, 6))]
+    micro_batches = (slice(0, 2), slice(2, 6))
+    parts = [aggregate_loss(loss[s], mask[s], "token-mean", global_token_count=count) for s in micro_batches]
     total = parts[0] + parts[1]
     (parts_grad,) = torch.autograd.grad(total, loss)
     torch.testing.assert_close(total, whole, **tol)
     torch.testing.assert_close(parts_grad, whole_grad, **tol)
     # without the global count each micro-batch is its own mean: averaging them is not the token mean
-    local = [aggregate_loss(loss[s], mask[s], "token-mean") for s in (slice(0, 2), slice(2, 6))]
+    local = [aggregate_loss(loss[s], mask[s], "token-mean") for s in micro_batches]
     assert not torch.isclose((local[0] + local[1]) / 2, whole)
 
 

@@ -40,7 +40,8 @@ def test_overlong_penalty(dtype):
     assert overlong_penalty(lengths, max_response_length=20, buffer_len=4, penalty_factor=1.0).tolist() == [
         0.0, 0.0, -0.25, -0.5, -1.0, -1.0,
     ]
-    halved = overlong_penalty(torch.tensor([17.0, 30.0], dtype=dtype), max_response_length=20, buffer_len=4, penalty_factor=0.5)
+    lengths = torch.tensor([17.0, 30.0], dtype=dtype)
+    halved = overlong_penalty(lengths, max_response_length=20, buffer_len=4, penalty_factor=0.5)
     assert halved.dtype == dtype and halved.tolist() == [-0.125, -0.5]
 
 

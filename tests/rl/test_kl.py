@@ -48,7 +48,8 @@ def test_gradients_reach_log_probs_only_and_straight_through(dtype, tol):
     ref = torch.tensor(REF, dtype=dtype, requires_grad=True)
     # k3 gradient w.r.t. logp: d/dlogp (e^x − x − 1) with x = ref − logp → 1 − e^x
     kl_penalty(logp, ref, "k3").sum().backward()
-    torch.testing.assert_close(logp.grad, 1 - torch.exp(torch.tensor(REF, dtype=dtype) - torch.tensor(LOGP, dtype=dtype)), **tol)
+    x = torch.tensor(REF, dtype=dtype) - torch.tensor(LOGP, dtype=dtype)
+    torch.testing.assert_close(logp.grad, 1 - torch.exp(x), **tol)
     assert ref.grad is None
     # "k3+": forward k3, gradient of k2 (= d)
     logp.grad = None
@@ -78,6 +79,11 @@ def test_apply_kl_in_reward(dtype, tol):
     torch.testing.assert_close(rewards, expected, **tol)
     # per-sequence means: (0.5 − 1)/2 = −0.25 and 2 → mean 0.875
     assert isinstance(current_kl, float) and current_kl == pytest.approx(0.875)
+    # k3 with β = 1 on the same tokens; the old log-probs are constants of the step (no graph)
+    old.requires_grad_(True)
+    rewards, _ = apply_kl_in_reward(scores, old, ref, mask, kl_coef=1.0, kind="low_var_kl")
+    assert not rewards.requires_grad
+    torch.testing.assert_close(rewards[0, :2], scores[0, :2] - torch.tensor(K3, dtype=dtype), **tol)
 
 
 def test_kl_loss_aggregates_and_differentiates_log_probs(dtype, tol):
