@@ -1,0 +1,50 @@
+"""FrameReader modes; a hit is byte-identical to decoding on the fly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from evr1.cache import CacheMiss, FrameReader, build_frame_cache
+from evr1.cache.paths import MediaPathError
+from evr1.video import FrameParams
+
+PARAMS = FrameParams(factor=28, fps=4.0)
+
+
+@pytest.fixture
+def frames_uri(media, tmp_path):
+    uri = str(tmp_path / "frames.lance")
+    items = [("a", str(media["clip"]), "video"), ("b", str(media["image"]), "image")]
+    report = build_frame_cache(items, uri, PARAMS, workers=0, progress=False)
+    assert report.decoded == 2
+    return uri
+
+
+def test_hit_equals_on_the_fly_decode(media, frames_uri):
+    cached = FrameReader(frames_uri, PARAMS, mode="cache-only")
+    fresh = FrameReader(None, PARAMS, mode="decode-only")
+    a, b = cached.video(media["clip"]), fresh.video(media["clip"])
+    assert a.frames.dtype == b.frames.dtype == np.uint8 and a.frames.tobytes() == b.frames.tobytes()
+    assert (a.fps, a.frame_indices, a.total_frames, a.duration) == (b.fps, b.frame_indices, b.total_frames,
+                                                                    b.duration)
+    assert cached.image(media["image"]).tobytes() == fresh.image(media["image"]).tobytes()
+    assert cached.hits == 2 and cached.misses == 0
+
+
+def test_prefer_cache_falls_back_and_cache_only_raises(media, frames_uri):
+    prefer = FrameReader(frames_uri, PARAMS)
+    clip = prefer.video(media["long"])  # not in the cache: decoded with the same rules
+    assert clip.num_frames == 16 and prefer.misses == 1  # 64 frames at 16 fps, 4 fps target
+    with pytest.raises(CacheMiss, match="no cached frames"):
+        FrameReader(frames_uri, PARAMS, mode="cache-only").video(media["long"])
+    with pytest.raises(CacheMiss):  # other parameters are a miss, never a stale hit
+        FrameReader(frames_uri, FrameParams(factor=28), mode="cache-only").video(media["clip"])
+
+
+def test_reader_confines_to_data_root(media, frames_uri, tmp_path):
+    reader = FrameReader(frames_uri, PARAMS, data_root=tmp_path / "elsewhere")
+    with pytest.raises(MediaPathError, match="outside the data root"):
+        reader.video(media["clip"])
+    with pytest.raises(ValueError, match="mode"):
+        FrameReader(frames_uri, PARAMS, mode="sometimes")
