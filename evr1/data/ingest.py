@@ -64,8 +64,8 @@ def _sample_id(record: dict[str, Any], problem_id_counts: Counter[str]) -> tuple
         return problem_id, None
     digest = hashlib.sha256(canonical_json(record).encode("utf-8")).hexdigest()[:_ID_HASH_CHARS]
     if problem_id.strip():
-        note = f"sample_id: problem_id {problem_id!r} occurs {problem_id_counts[problem_id]} times in the inputs; used a content hash"
-        return digest, note
+        times = problem_id_counts[problem_id]
+        return digest, f"sample_id: problem_id {problem_id!r} occurs {times} times in the inputs; used a content hash"
     return digest, None
 
 

@@ -43,9 +43,24 @@ class RawRecord:
         return self.value is not _MISSING
 
 
+_JSON_WHITESPACE = " \t\r\n"
+
+
+def _raw_text(value: Any) -> str:
+    """A record re-serialised for the rejects table; escaped when it holds text UTF-8 cannot store."""
+    text = canonical_json(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)  # ASCII escapes
+    return text
+
+
 def _read_jsonl_text(path: Path, text: str) -> Iterator[RawRecord]:
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
+    # Split on "\n" only: str.splitlines() would also split on \x1c-\x1e, \x85 and \u2028 inside a record.
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        line = line.removesuffix("\r")
+        if not line.strip(_JSON_WHITESPACE):
             continue  # blank lines are layout, not records
         try:
             yield RawRecord(path, lineno, line, json.loads(line))
@@ -71,7 +86,7 @@ def read_json(path: Path) -> Iterator[RawRecord]:
         data = None
     if isinstance(data, list):
         for index, value in enumerate(data):
-            yield RawRecord(path, index, canonical_json(value), value)
+            yield RawRecord(path, index, _raw_text(value), value)
     else:
         yield from _read_jsonl_text(path, text)
 
@@ -81,7 +96,7 @@ def read_parquet(path: Path) -> Iterator[RawRecord]:
     index = 0
     for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
         for row in batch.to_pylist():
-            yield RawRecord(path, index, canonical_json(row), {k: v for k, v in row.items() if v is not None})
+            yield RawRecord(path, index, _raw_text(row), {k: v for k, v in row.items() if v is not None})
             index += 1
 
 

@@ -66,4 +66,4 @@ def write_mp4(path: Path, frames: np.ndarray, fps: int, gop: int = 8) -> None:
 
 
 def write_png(path: Path, image: np.ndarray) -> None:
-    Image.fromarray(image, mode="RGB").save(path, format="PNG")
+    Image.fromarray(image).save(path, format="PNG")

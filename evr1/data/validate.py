@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evr1.data.schema import PLACEHOLDERS
+from evr1.data.schema import PLACEHOLDERS, canonical_json
 
 ProblemTypeResolver = Callable[[str], "str | None"]
 
@@ -80,6 +80,16 @@ def _json_type(value: Any) -> str:
     return _JSON_TYPES.get(type(value), type(value).__name__)
 
 
+def check_text(d: Draft, ctx: Context) -> None:
+    """Every string must be storable as UTF-8: JSON can smuggle in lone surrogates ("\\ud800")."""
+    for key, value in d.record.items():
+        try:
+            canonical_json({key: value}).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            message = f"field {key!r} holds text that is not valid Unicode ({exc.reason})"
+            raise RecordError("bad_text", key, message) from exc
+
+
 def check_problem(d: Draft, ctx: Context) -> None:
     value = d.record.get("problem")
     if value is None:
@@ -116,7 +126,8 @@ def check_problem_type(d: Draft, ctx: Context) -> None:
     if raw is None:
         raw = ""
     if not isinstance(raw, str):
-        raise RecordError("wrong_type", "problem_type", f"field 'problem_type' must be a string, got {_json_type(raw)}")
+        message = f"field 'problem_type' must be a string, got {_json_type(raw)}"
+        raise RecordError("wrong_type", "problem_type", message)
     canonical = ctx.resolve_problem_type(raw)
     if canonical is None:
         what = "is missing" if not raw.strip() else f"{raw!r} is not a known problem type"
@@ -158,15 +169,15 @@ def check_answer(d: Draft, ctx: Context) -> None:
 
 def check_data_type(d: Draft, ctx: Context) -> None:
     if d.videos and d.images:
-        raise RecordError(
-            "mixed_media", "images", "record has both 'images' and 'videos'; a sample carries one medium"
-        )
+        message = "record has both 'images' and 'videos'; a sample carries one medium"
+        raise RecordError("mixed_media", "images", message)
     d.data_type = "video" if d.videos else "image" if d.images else "text"
     declared = d.record.get("data_type")
     if declared is None:
         return
     if not isinstance(declared, str) or declared.strip().lower() not in ("video", "image", "text"):
-        raise RecordError("wrong_type", "data_type", f"field 'data_type' must be video, image or text, got {declared!r}")
+        message = f"field 'data_type' must be video, image or text, got {declared!r}"
+        raise RecordError("wrong_type", "data_type", message)
     if declared.strip().lower() != d.data_type:
         medium = {"video": "videos", "image": "images", "text": "media"}[declared.strip().lower()]
         actual = {"video": "videos", "image": "images", "text": "no media"}[d.data_type]
@@ -181,57 +192,57 @@ def check_data_type(d: Draft, ctx: Context) -> None:
 def check_placeholders(d: Draft, ctx: Context) -> None:
     media = {"video": d.videos, "image": d.images}
     counts = {kind: d.problem.count(tag) for kind, tag in PLACEHOLDERS.items()}
+    has = f"has {d.data_type} media only" if d.data_type != "text" else "has no media"
+    if all(counts.values()):
+        message = f"field 'problem' contains both <image> and <video> placeholders but the record {has}"
+        raise RecordError("placeholder_mismatch", "problem", message)
     stray = [PLACEHOLDERS[k] for k, n in counts.items() if n and not media[k]]
     if stray:
         has = f"has {d.data_type}s" if d.data_type != "text" else "has no media"
-        raise RecordError(
-            "placeholder_mismatch",
-            "problem",
-            f"field 'problem' contains {' and '.join(stray)} placeholder(s) but the record {has}",
-        )
+        message = f"field 'problem' contains {stray[0]} placeholder(s) but the record {has}"
+        raise RecordError("placeholder_mismatch", "problem", message)
     if d.data_type == "text":
         return
-    tag, n_media = PLACEHOLDERS[d.data_type], len(media[d.data_type])
-    if counts[d.data_type] == 0:
+    tag, n_media, n_tags = PLACEHOLDERS[d.data_type], len(media[d.data_type]), counts[d.data_type]
+    if n_tags == 0:
         # Without the placeholder the reference emits no visual item and crashes later (spec §1.4).
         d.problem = "\n".join([tag] * n_media + [d.problem])
         d.notes.append(f"problem: inserted {n_media} {tag} placeholder(s) at the start")
-    elif counts[d.data_type] != n_media:
-        raise RecordError(
-            "placeholder_mismatch",
-            "problem",
-            f"field 'problem' has {counts[d.data_type]} {tag} placeholder(s) but the record has {n_media} {d.data_type}(s)",
-        )
+    elif n_tags != n_media:
+        message = f"field 'problem' has {n_tags} {tag} placeholder(s) but the record has {n_media} {d.data_type}(s)"
+        raise RecordError("placeholder_mismatch", "problem", message)
 
 
 def check_options(d: Draft, ctx: Context) -> None:
     if _type_key(d.problem_type) == MULTIPLE_CHOICE and len(d.options) == 1:
-        raise RecordError("too_few_options", "options", "multiple-choice field 'options' has 1 option; at least 2 needed")
-
-
-def _resolve(path: str, ctx: Context) -> Path:
-    base = ctx.data_root if ctx.data_root is not None else ctx.base_dir
-    return (base / path).resolve()  # an absolute `path` replaces `base` in the join
+        message = "multiple-choice field 'options' has 1 option; at least 2 needed"
+        raise RecordError("too_few_options", "options", message)
 
 
 def check_media(d: Draft, ctx: Context) -> None:
+    """Resolve each path (against data_root, else the source file's directory), confine it, check it exists."""
+    base = ctx.data_root if ctx.data_root is not None else ctx.base_dir
     root = ctx.data_root.resolve() if ctx.data_root is not None else None
     for key in ("videos", "images"):
         resolved: list[str] = []
         for i, path in enumerate(getattr(d, key)):
-            full = _resolve(path, ctx)
-            if root is not None and not full.is_relative_to(root):
-                raise RecordError(
-                    "media_outside_root", key, f"field '{key}[{i}]' path {path!r} resolves outside data_root {root}"
-                )
-            if ctx.check_media_exists and not full.is_file():
-                raise RecordError("media_missing", key, f"field '{key}[{i}]' file {full} does not exist")
+            name = f"field '{key}[{i}]'"
+            try:
+                full = (base / path).resolve()  # an absolute `path` replaces `base` in the join
+                if root is not None and not full.is_relative_to(root):
+                    message = f"{name} path {path!r} resolves outside data_root {root}"
+                    raise RecordError("media_outside_root", key, message)
+                if ctx.check_media_exists and not full.is_file():
+                    raise RecordError("media_missing", key, f"{name} file {full} does not exist")
+            except (OSError, ValueError) as exc:  # NUL bytes, names too long for the filesystem
+                raise RecordError("bad_media_path", key, f"{name} path {path!r} is unusable: {exc}") from exc
             resolved.append(str(full))
         setattr(d, key, resolved)
 
 
 #: Order matters: types before derived checks, the (slow) filesystem last.
 CHECKS: tuple[Callable[[Draft, Context], None], ...] = (
+    check_text,
     check_problem,
     check_lists,
     check_problem_type,
