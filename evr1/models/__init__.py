@@ -1,1 +1,19 @@
-"""evr1.models"""
+"""evr1.models: Qwen-VL family adapters, prompt/media encoding, response log-probs, tiny checkpoints."""
+
+from evr1.models.adapter import ModelBatch, PromptInputs, VisionLanguageAdapter, load_adapter
+from evr1.models.families import FAMILIES, Family, family_of
+from evr1.models.runtime import load_model, response_log_probs
+from evr1.models.tiny import make_tiny
+
+__all__ = [
+    "FAMILIES",
+    "Family",
+    "ModelBatch",
+    "PromptInputs",
+    "VisionLanguageAdapter",
+    "family_of",
+    "load_adapter",
+    "load_model",
+    "make_tiny",
+    "response_log_probs",
+]

@@ -92,7 +92,7 @@ FAMILIES: dict[str, Family] = {
         second_per_grid_ts=False,
     ),
     # Qwen3.5 reuses Qwen3-VL's vision tower, processor and timestamp layout (transformers maps it to
-    # Qwen3VLProcessor), so only the adapter side is registered; `make_tiny` does not build it.
+    # Qwen3VLProcessor); its decoder is a hybrid of linear (gated delta net) and full attention.
     "qwen3_5": Family(
         name="qwen3_5",
         model_types=("qwen3_5", "qwen3_5_moe"),

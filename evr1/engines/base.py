@@ -1,0 +1,111 @@
+"""What every generation engine takes and returns, and the registry that builds one by name.
+
+Rollout (training) and evaluation share these types so an engine can be swapped by config:
+`hf` (transformers, CPU or GPU) or `vllm` (GPU worker image only, imported lazily).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from evr1.models.adapter import PromptInputs
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample. `temperature == 0` means greedy; `top_k == 0` and `top_p == 1` disable those filters."""
+
+    n: int = 1
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        checks = {
+            "n": self.n >= 1,
+            "max_new_tokens": self.max_new_tokens >= 1,
+            "temperature": self.temperature >= 0,
+            "top_p": 0 < self.top_p <= 1,
+            "top_k": self.top_k >= 0,
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise ValueError(f"SamplingParams: field {name} has invalid value {getattr(self, name)!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass
+class Generation:
+    """One sampled response: token ids (ending with the eos token when `finish_reason == "stop"`)."""
+
+    token_ids: list[int]
+    text: str
+    finish_reason: FinishReason
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """Generates `params.n` responses for each prompt (outer list: prompts, inner: samples)."""
+
+    def generate(self, prompts: Sequence[PromptInputs], params: SamplingParams) -> list[list[Generation]]: ...
+
+    async def agenerate(self, prompts: Sequence[PromptInputs], params: SamplingParams) -> list[list[Generation]]: ...
+
+
+class EngineBase:
+    """Shared behaviour: `agenerate` runs the blocking `generate` in a worker thread for asyncio callers."""
+
+    def generate(self, prompts: Sequence[PromptInputs], params: SamplingParams) -> list[list[Generation]]:
+        raise NotImplementedError
+
+    async def agenerate(self, prompts: Sequence[PromptInputs], params: SamplingParams) -> list[list[Generation]]:
+        return await asyncio.to_thread(self.generate, prompts, params)
+
+
+def finish(token_ids: Sequence[int], eos_ids: Sequence[int], max_new_tokens: int) -> tuple[list[int], FinishReason]:
+    """Cut a raw continuation at its first eos (kept) and say why it ended.
+
+    Everything after the first eos is padding (or, for pad == eos checkpoints, more eos tokens).
+    """
+    eos = set(eos_ids)
+    out: list[int] = []
+    for t in list(token_ids)[:max_new_tokens]:
+        out.append(int(t))
+        if t in eos:
+            return out, "stop"
+    return out, "length"
+
+
+# name → "module:Class"; modules are imported only when an engine of that name is built, so
+# `import evr1.engines` never imports vllm.
+ENGINES: dict[str, str] = {
+    "hf": "evr1.engines.hf:HFEngine",
+    "vllm": "evr1.engines.vllm_engine:VLLMEngine",
+}
+
+
+def engine_class(name: str) -> type:
+    if name not in ENGINES:
+        raise ValueError(f"unknown engine {name!r} (known: {sorted(ENGINES)})")
+    module, cls = ENGINES[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def make_engine(name: str, **kwargs: Any) -> Engine:
+    """Build engine `name`: from a checkpoint when `model_dir=` is given, else from its constructor kwargs."""
+    cls = engine_class(name)
+    if "model_dir" in kwargs:
+        return cls.from_pretrained(kwargs.pop("model_dir"), **kwargs)
+    return cls(**kwargs)

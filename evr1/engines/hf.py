@@ -1,0 +1,120 @@
+"""Generation with transformers' `model.generate`: the CPU engine, and the GPU one when vLLM is absent.
+
+In training `engine.model` IS the policy being optimised (no copy), so rollouts always use the
+current weights; `update_weights` copies a state dict into it in place for the case where the
+engine holds its own replica (e.g. a separate rollout worker).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from os import PathLike
+
+import torch
+from transformers import GenerationConfig, PreTrainedModel
+
+from evr1.engines.base import EngineBase, Generation, SamplingParams, finish
+from evr1.models.adapter import PromptInputs, VisionLanguageAdapter, load_adapter
+from evr1.models.runtime import load_model
+
+
+class HFEngine(EngineBase):
+    """Batched, seeded `model.generate` over left-padded prompts with their media."""
+
+    def __init__(self, model: PreTrainedModel, adapter: VisionLanguageAdapter, *, batch_size: int = 8) -> None:
+        if batch_size < 1:
+            raise ValueError(f"HFEngine: field batch_size must be ≥ 1, got {batch_size}")
+        self.model = model
+        self.adapter = adapter
+        self.batch_size = batch_size
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model_dir: str | PathLike,
+        *,
+        dtype: torch.dtype | str = torch.float32,
+        attn_implementation: str = "sdpa",
+        device: str | torch.device | None = None,
+        batch_size: int = 8,
+    ) -> HFEngine:
+        model = load_model(model_dir, dtype=dtype, attn_implementation=attn_implementation)
+        if device is not None:
+            model = model.to(device)
+        return cls(model, load_adapter(model_dir), batch_size=batch_size)
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    @torch.no_grad()
+    def update_weights(self, weights: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy named tensors into the model's parameters/buffers in place (names as in `state_dict`)."""
+        targets = dict(self.model.named_parameters(remove_duplicate=False))
+        targets.update(dict(self.model.named_buffers(remove_duplicate=False)))
+        items = weights.items() if isinstance(weights, Mapping) else weights
+        for name, tensor in items:
+            if name not in targets:
+                raise KeyError(f"update_weights: the model has no parameter or buffer named {name!r}")
+            if targets[name].shape != tensor.shape:
+                raise ValueError(
+                    f"update_weights: {name!r} has shape {tuple(targets[name].shape)}, got {tuple(tensor.shape)}"
+                )
+            targets[name].copy_(tensor)
+
+    def _generation_config(self, params: SamplingParams, num_return: int) -> GenerationConfig:
+        """Every sampling knob set explicitly, so a checkpoint's generation_config.json (Qwen ships
+        top_k=1, repetition_penalty=1.05, …) cannot silently change RL rollouts."""
+        sampling = {} if params.greedy else {"temperature": params.temperature}
+        return GenerationConfig(
+            max_new_tokens=params.max_new_tokens,
+            min_new_tokens=0,
+            do_sample=not params.greedy,
+            top_p=params.top_p,
+            top_k=params.top_k,
+            typical_p=1.0,
+            repetition_penalty=1.0,
+            no_repeat_ngram_size=0,
+            num_beams=1,
+            num_return_sequences=num_return,
+            suppress_tokens=list(self.adapter.vision_token_ids),
+            eos_token_id=list(self.adapter.eos_token_ids),
+            pad_token_id=self.adapter.pad_token_id,
+            use_cache=True,
+            **sampling,
+        )
+
+    def generate(self, prompts: Sequence[PromptInputs], params: SamplingParams) -> list[list[Generation]]:
+        """`params.n` generations per prompt, in prompt order; a fixed `params.seed` reproduces them."""
+        # Greedy decoding is deterministic: decode once and repeat (HF refuses n > 1 without sampling).
+        num_return = 1 if params.greedy else params.n
+        config = self._generation_config(params, num_return)
+        results: list[list[Generation]] = []
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for chunk_index, start in enumerate(range(0, len(prompts), self.batch_size)):
+                chunk = prompts[start : start + self.batch_size]
+                seed = None if params.seed is None else params.seed + chunk_index
+                rows = self._generate_chunk(chunk, config, seed)
+                for i in range(len(chunk)):
+                    samples = [self._to_generation(r, params) for r in rows[i * num_return : (i + 1) * num_return]]
+                    if params.greedy:  # independent copies: callers may annotate each sample
+                        samples = [Generation(list(g.token_ids), g.text, g.finish_reason) for g in samples * params.n]
+                    results.append(samples)
+        finally:
+            self.model.train(was_training)
+        return results
+
+    def _generate_chunk(self, chunk: Sequence[PromptInputs], config: GenerationConfig, seed: int | None) -> list[list[int]]:
+        batch = self.adapter.collate(chunk).to(self.device, dtype=self.model.dtype)
+        cuda = [self.device.index or 0] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=cuda, enabled=seed is not None):
+            if seed is not None:
+                torch.manual_seed(seed)
+            out = self.model.generate(**batch.model_inputs(), generation_config=config)
+        return out[:, batch.prompt_length :].tolist()
+
+    def _to_generation(self, row: list[int], params: SamplingParams) -> Generation:
+        ids, reason = finish(row, self.adapter.eos_token_ids, params.max_new_tokens)
+        return Generation(token_ids=ids, text=self.adapter.decode(ids), finish_reason=reason)
