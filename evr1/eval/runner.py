@@ -11,6 +11,7 @@ import asyncio
 import time
 import traceback
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +47,7 @@ async def run_items(items: Sequence[Mapping], *, load: Callable[[Mapping], Any],
                     benchmark: str = "eval") -> EvalSummary:
     """Evaluate `items` not already in `store`; return the summary over every item."""
     t0 = time.perf_counter()
+    loop = asyncio.get_running_loop()
     todo: asyncio.Queue = asyncio.Queue()
     for item in items:
         if not store.done(item["id"]):
@@ -65,7 +67,7 @@ async def run_items(items: Sequence[Mapping], *, load: Callable[[Mapping], Any],
             except asyncio.QueueEmpty:
                 return
             try:
-                inputs = await asyncio.wait_for(asyncio.to_thread(load, item), timeout_s)
+                inputs = await asyncio.wait_for(loop.run_in_executor(pool, load, item), timeout_s)
             except asyncio.TimeoutError:
                 fail(item, "load", f"timed out after {timeout_s:g} s")
                 continue
@@ -113,13 +115,19 @@ async def run_items(items: Sequence[Mapping], *, load: Callable[[Mapping], Any],
             except Exception as e:  # noqa: BLE001
                 fail(item, "score", f"{e}\n{traceback.format_exc(limit=2)}")
 
+    # Loads run on a pool of their own that is never joined: a decoder that hangs past its timeout
+    # keeps one thread busy but cannot keep the run (or asyncio.run's executor shutdown) waiting.
+    pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="evr1-load")
     loaders = [asyncio.create_task(loader()) for _ in range(max(1, concurrency))]
     gen = asyncio.create_task(generator(loaders))
     sc = asyncio.create_task(scorer())
-    await asyncio.gather(*loaders)
-    await ready.put(_DONE)
-    await gen
-    await sc
+    try:
+        await asyncio.gather(*loaders)
+        await ready.put(_DONE)
+        await gen
+        await sc
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
     return summarise(items, store, benchmark=benchmark, group_key=group_key, seconds=time.perf_counter() - t0,
                      engine_wait=waits["engine_wait"], engine_busy=waits["engine_busy"])
 
