@@ -141,7 +141,8 @@ def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: S
                        out_dir=p["checkpoints"], log_metrics=lambda m, s: tr.log_metrics(m, step=s))
         tr.log_dict({"history": result.history}, "train_history.json")
     final = result.final_metrics
-    headline = {k: v for k, v in final.items() if k.startswith(("reward/", "actor/pg_loss", "actor/kl_loss"))}
+    headline = {k: final[k] for k in ("reward/overall", "reward/accuracy", "reward/format", "actor/pg_loss",
+                                       "actor/kl_loss", "actor/entropy") if k in final}
     return StageResult(stage="train", uri=str(result.checkpoint), version=result.steps,
                        content_hash=_hash(cfg.fingerprint("algorithm", "trainer", "rollout", "reward", "run"),
                                           samples.content_hash, frames.content_hash, model.content_hash),

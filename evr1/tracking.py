@@ -105,10 +105,17 @@ class Tracker:
         """Log a merged model directory as an artifact of the current run and register it as a new version."""
         if not self.enabled:
             return None
-        run_id = mlflow.active_run().info.run_id
+        run = mlflow.active_run()
         mlflow.log_artifacts(str(model_dir), artifact_path="model")
-        version = mlflow.register_model(f"runs:/{run_id}/model", name)
-        self.client.set_model_version_tag(name, version.version, "evr1.model_dir", str(model_dir))
+        client = self.client
+        try:
+            client.get_registered_model(name)
+        except mlflow.exceptions.MlflowException:
+            client.create_registered_model(name, description="Merged evr1 policies (Hugging Face directories).")
+        # A plain directory of files, not an MLflow "logged model" flavour: register its artifact location.
+        source = f"{run.info.artifact_uri.rstrip('/')}/model"
+        version = client.create_model_version(name, source=source, run_id=run.info.run_id,
+                                              tags={"evr1.model_dir": str(model_dir)})
         return str(version.version)
 
 

@@ -1,0 +1,55 @@
+"""Rewards: one module per task family, a registry with aliases, and the scorers RL optimises.
+
+    compute_score(response, sample) -> {"overall", "accuracy", "format"}
+    compute_scores(responses, samples, workers=…, timeout=…) -> BatchResult(scores, metrics, …)
+
+`overall = accuracy_weight·accuracy + format_weight·format`. Families register themselves with
+`@register(name, *aliases)`; `resolve` / `known_problem_types` tell ingestion which
+`problem_type`s exist. See docs/rewards.md.
+"""
+
+from evr1.rewards import (  # noqa: F401  (importing a family module registers it)
+    boolean,
+    code,
+    generic,
+    grounding,
+    math,
+    multiple_choice,
+    numerical,
+    ocr,
+    open_ended,
+    preference,
+)
+from evr1.rewards.batch import BatchResult, compute_scores, shutdown_pools
+from evr1.rewards.registry import (
+    Family,
+    FamilyResult,
+    families,
+    get_family,
+    known_problem_types,
+    load_reward_function,
+    register,
+    resolve,
+)
+from evr1.rewards.score import compute_score
+from evr1.rewards.timeouts import DEFAULT_TIMEOUT, ItemTimeout
+from evr1.rewards.weights import RewardWeights, check_weights
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "BatchResult",
+    "Family",
+    "FamilyResult",
+    "ItemTimeout",
+    "RewardWeights",
+    "check_weights",
+    "compute_score",
+    "compute_scores",
+    "families",
+    "get_family",
+    "known_problem_types",
+    "load_reward_function",
+    "register",
+    "resolve",
+    "shutdown_pools",
+]

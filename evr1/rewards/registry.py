@@ -1,0 +1,166 @@
+"""The table of task families: names, aliases, routing, and loading user-defined families.
+
+A family is a function `(answer_text, sample) -> FamilyResult`; the scorer in `score.py` owns the
+answer-tag and format logic, so a family only says how right the text is and whether it parsed.
+Routing is by `problem_type`, compared case-, space-, `_`- and `-`-insensitively, so
+"Multiple_Choice", "multiple-choice" and " multiple choice " all reach the same family.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import re
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, NamedTuple
+
+GENERIC = "generic"
+
+
+class FamilyResult(NamedTuple):
+    """What a family says about one answer: accuracy in [0, 1] and whether the text parsed for it."""
+
+    accuracy: float
+    parsed: bool
+
+
+FamilyFn = Callable[[str, Mapping[str, Any]], FamilyResult]
+
+
+@dataclass(frozen=True)
+class Family:
+    """A registered task family.
+
+    `unbox` says whether a `\\boxed{}` inside the answer tag is unwrapped first (not for code,
+    where it is just text). A family whose scoring can run away (symbolic maths, executing
+    code) bounds itself with `timeouts.run_limited` / `timeouts.current_timeout()`.
+    """
+
+    name: str
+    fn: FamilyFn
+    aliases: tuple[str, ...]
+    unbox: bool = True
+    module: str = ""
+
+
+_FAMILIES: dict[str, Family] = {}  # canonical name -> family
+_ROUTES: dict[str, str] = {}  # normalised spelling -> canonical name
+_SPELLINGS: dict[str, str] = {}  # spelling as registered -> canonical name
+_PLUGIN_FILES: list[str] = []  # files loaded by load_reward_function, replayed in pool workers
+
+_KEY_SEP = re.compile(r"[\s_\-]+")
+
+
+def _key(problem_type: str) -> str:
+    return _KEY_SEP.sub(" ", problem_type.strip().lower()).strip()
+
+
+def register(name: str, *aliases: str, unbox: bool = True, replace: bool = False):
+    """Decorator: register `fn(answer_text, sample) -> FamilyResult` as the family `name`.
+
+    Aliases route to the same family. A spelling that already routes to another family is a
+    `ValueError` unless `replace=True` (how a user deliberately overrides a built-in family).
+    """
+
+    def decorate(fn: FamilyFn) -> FamilyFn:
+        spellings = (name, *aliases)
+        keys = {_key(s) for s in spellings}
+        if "" in keys:
+            raise ValueError(f"register({name!r}): a family name or alias is empty")
+        if not replace:
+            clashes = sorted(k for k in keys if _ROUTES.get(k, name) != name)
+            if clashes:
+                raise ValueError(
+                    f"register({name!r}): {clashes} already route to "
+                    f"{sorted({_ROUTES[k] for k in clashes})}; pass replace=True to override"
+                )
+        module = getattr(fn, "__module__", "")
+        _FAMILIES[name] = Family(name, fn, tuple(aliases), unbox, module)
+        for spelling in spellings:
+            _ROUTES[_key(spelling)] = name
+            _SPELLINGS[spelling] = name
+        _route.cache_clear()
+        return fn
+
+    return decorate
+
+
+@lru_cache(maxsize=1024)
+def _route(problem_type: str) -> str | None:
+    return _ROUTES.get(_key(problem_type))
+
+
+def resolve(problem_type: Any) -> str | None:
+    """Canonical family name for a `problem_type`, or None when no family knows it."""
+    if not isinstance(problem_type, str):
+        return None
+    return _route(problem_type)
+
+
+def family_for(problem_type: Any) -> tuple[Family, bool]:
+    """The family that scores `problem_type`, and whether the type was known (else: generic)."""
+    name = resolve(problem_type)
+    if name is None:
+        return _FAMILIES[GENERIC], False
+    return _FAMILIES[name], True
+
+
+def get_family(name: str) -> Family:
+    """A registered family by canonical name or alias (KeyError naming the type otherwise)."""
+    canonical = resolve(name)
+    if canonical is None:
+        raise KeyError(f"no reward family for problem_type {name!r}")
+    return _FAMILIES[canonical]
+
+
+def known_problem_types() -> set[str]:
+    """Every spelling a family was registered under (canonical names and aliases)."""
+    return set(_SPELLINGS)
+
+
+def families() -> dict[str, Family]:
+    """Canonical name -> family, for documentation and benchmarks."""
+    return dict(_FAMILIES)
+
+
+def plugin_files() -> list[str]:
+    """Files loaded with `load_reward_function`, so that pool workers can load them again."""
+    return list(_PLUGIN_FILES)
+
+
+def load_reward_function(reference: str) -> Callable[..., Any]:
+    """Load `path/to/file.py:function` (function defaults to `main`) and return the function.
+
+    The file is loaded by path with importlib, so any `@register` in it runs: this is how a
+    user-defined family joins the registry. Loading the same file twice reuses the module.
+    """
+    path_text, _, fn_name = str(reference).rpartition(":")
+    if not path_text or not path_text.endswith(".py"):
+        # No ":function" suffix (or a Windows drive colon): the whole reference is the path.
+        path_text, fn_name = str(reference), "main"
+    fn_name = fn_name or "main"
+    path = Path(path_text).expanduser().resolve()
+    if not path.is_file():
+        raise FileNotFoundError(f"reward function {reference!r}: no file {str(path)!r}")
+    module_name = "evr1_user_reward_" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
+    module = sys.modules.get(module_name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"reward function {reference!r}: cannot load {str(path)!r}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[module_name]
+            raise
+        _PLUGIN_FILES.append(str(path))
+    fn = getattr(module, fn_name, None)
+    if not callable(fn):
+        raise AttributeError(f"reward function {reference!r}: {str(path)!r} has no function {fn_name!r}")
+    return fn

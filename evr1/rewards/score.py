@@ -1,0 +1,109 @@
+"""Scoring one response: find the answer, ask the family, combine accuracy and format.
+
+The tag and format logic lives here and nowhere else:
+
+* format is 0 with no answer tag (or an empty one), 0.5 when the tag's content does not parse for
+  the family, 1 when it does;
+* accuracy reads the tag's content (a `\\boxed{}` inside it unwrapped) or, without a tag, the
+  fallback answer of `extract.fallback_answer`;
+* nothing a response or a sample contains makes this raise: what fails scores 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from evr1.rewards import extract
+from evr1.rewards.registry import Family, family_for
+from evr1.rewards.timeouts import DEFAULT_TIMEOUT, ItemTimeout, item_timeout
+from evr1.rewards.weights import RewardWeights, check_weights
+
+
+@dataclass(frozen=True)
+class ItemInfo:
+    """How an item was scored, for batch metrics (never part of the reward itself)."""
+
+    family: str
+    known_type: bool
+    problem_type: str
+    timed_out: bool = False
+    error: str | None = None
+
+
+def _clip(value: Any) -> float:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    if not value > 0.0:  # also maps NaN to 0
+        return 0.0
+    return 1.0 if value > 1.0 else value
+
+
+def _family_call(family: Family, text: str, sample: Mapping[str, Any]) -> tuple[float, bool]:
+    accuracy, parsed = family.fn(text, sample)
+    return _clip(accuracy), bool(parsed)
+
+
+def score_item(
+    response: Any,
+    sample: Any,
+    weights: RewardWeights,
+    timeout: float | None = DEFAULT_TIMEOUT,
+) -> tuple[dict[str, float], ItemInfo]:
+    """Score one response; returns the score dict and how it was scored."""
+    if not isinstance(sample, Mapping):
+        sample = {}
+    raw_type = sample.get("problem_type")
+    family, known = family_for(raw_type)
+    type_label = raw_type.strip().lower() if isinstance(raw_type, str) else repr(raw_type)
+    if not isinstance(response, str):
+        response = "" if response is None else str(response)
+
+    ground_truth = extract.unwrap_ground_truth(sample.get("answer"))
+    view = dict(sample)
+    view["answer"] = ground_truth  # families always see the unwrapped ground truth
+
+    tag = extract.answer_tag(response)
+    timed_out, error = False, None
+    try:
+        with item_timeout(timeout):
+            if tag:
+                text = extract.unbox(tag) if family.unbox else tag
+                accuracy, parsed = _family_call(family, text, view)
+                format_score = 1.0 if parsed else 0.5
+            else:
+                accuracy, _ = _family_call(family, extract.fallback_answer(response), view)
+                format_score = 0.0
+    except ItemTimeout:
+        accuracy, format_score, timed_out = 0.0, 0.0, True
+    except Exception as exc:  # a family bug or a pathological input: score 0, report it in metrics
+        accuracy, format_score, error = 0.0, 0.0, f"{type(exc).__name__}: {exc}"
+    if not ground_truth:
+        accuracy = 0.0
+    scores = {
+        "overall": weights.overall(accuracy, format_score),
+        "accuracy": accuracy,
+        "format": format_score,
+    }
+    return scores, ItemInfo(family.name, known, type_label, timed_out, error)
+
+
+def compute_score(
+    response: str,
+    sample: Mapping[str, Any],
+    *,
+    accuracy_weight: float = 0.9,
+    format_weight: float = 0.1,
+    timeout: float | None = DEFAULT_TIMEOUT,
+) -> dict[str, float]:
+    """Score one response against one sample: `{"overall", "accuracy", "format"}`, each in [0, 1].
+
+    `sample` carries `problem_type` and `answer`, optionally `options`, `data_type`, `problem` and
+    family fields (e.g. `tests` for code). Invalid weights raise `ValueError`; nothing else raises.
+    `timeout` bounds the families that need it (math, code); a timed-out item scores 0.
+    """
+    weights = check_weights(accuracy_weight, format_weight)
+    return score_item(response, sample, weights, timeout)[0]
