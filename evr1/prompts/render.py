@@ -151,6 +151,8 @@ def render(
     options = sample.get("options")
     if options is None:
         options = []
+    elif hasattr(options, "tolist"):  # a numpy array from a columnar store
+        options = options.tolist()
     if not isinstance(options, (list, tuple)) or not all(isinstance(o, str) for o in options):
         raise PromptError(f"{record}: field 'options' must be a list of strings, got {options!r}")
     context: dict[str, Any] = {k: v for k, v in sample.items() if isinstance(k, str) and k.isidentifier()}

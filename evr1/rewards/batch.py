@@ -4,8 +4,9 @@ Timed-out items score 0 and are counted in the metrics, as are errors and unknow
 In the pool, each item runs under an alarm in its worker (Python-level runaways stop there), and
 each worker publishes which item it is on and since when; an item stuck past its limit in C code
 (where no alarm reaches) gets its pool killed, is scored 0 as timed out, and the unfinished items
-run again in a fresh pool. Workers are spawned, never forked (the caller may hold CUDA or Ray
-state), and load the plugin files and modules that registered families outside evr1.
+run again in a fresh pool; a dying worker likewise (see `_run_pool`). Workers are spawned, never
+forked (the caller may hold CUDA or Ray state), and load the plugin files and modules that
+registered families outside evr1.
 """
 
 from __future__ import annotations
@@ -176,44 +177,56 @@ atexit.register(shutdown_pools)
 def _run_pool(
     items: list[Item], workers: int, weights: RewardWeights, timeout: float | None, chunk_size: int
 ) -> dict[int, Outcome]:
+    """Score `items` in the pool, surviving stuck items (killed, timed out) and dead workers.
+
+    Items in progress when a worker died become suspects and run next, one at a time in a
+    single-worker pool, so a second death names the culprit exactly (scored 0 as an error) and
+    no innocent item is failed. Every round finishes, fails or suspects at least one item.
+    """
     results: dict[int, Outcome] = {}
     samples = {index: sample for index, _, sample in items}
+    suspects: set[int] = set()
     pending = items
     while pending:
-        pool = _pool(workers)
-        size = max(1, min(chunk_size, -(-len(pending) // (workers * 4))))
-        futures: set[Future] = {
-            pool.executor.submit(_score_chunk, pending[i : i + size], weights, timeout)
-            for i in range(0, len(pending), size)
-        }
-        culprits: list[int] = []
-        broken = False
-        while futures:
-            done, futures = wait(futures, timeout=_POLL, return_when=FIRST_COMPLETED)
+        progress = len(results) + len(suspects)
+        isolated = [item for item in pending if item[0] in suspects]
+        batch = isolated or pending
+        pool = _pool(1 if isolated else workers)
+        size = 1 if isolated else max(1, min(chunk_size, -(-len(batch) // (workers * 4))))
+        futures: dict[Future, list[Item]] = {}
+        for i in range(0, len(batch), size):
+            chunk = batch[i : i + size]
+            futures[pool.executor.submit(_score_chunk, chunk, weights, timeout)] = chunk
+        stuck: list[int] = []
+        crashed: list[int] | None = None
+        waiting = set(futures)
+        while waiting:
+            done, waiting = wait(waiting, timeout=_POLL, return_when=FIRST_COMPLETED)
             for future in done:
                 try:
                     results.update((outcome[0], outcome) for outcome in future.result())
                 except BrokenProcessPool:
-                    broken = True
-            if broken:
-                culprits = pool.busy_items()
+                    crashed = pool.busy_items()
+                except Exception as exc:  # e.g. a sample that cannot be pickled: fail its chunk only
+                    for index, _, sample in futures[future]:
+                        results[index] = _failed(index, sample, weights, timed_out=False, error=repr(exc))
+            if crashed is not None or (timeout and (stuck := pool.stuck_items(timeout))):
                 break
-            if timeout and (culprits := pool.stuck_items(timeout)):
-                break
-        if not futures and not broken:
-            break
-        pool.kill()
-        _pools.clear()
-        for index in culprits:
-            results[index] = _failed(
-                index, samples[index], weights, timed_out=not broken, error="worker died" if broken else None
-            )
-        remaining = [item for item in pending if item[0] not in results]
-        if len(remaining) == len(pending):  # no culprit identified: give up on these rather than loop
-            for index, _, sample in remaining:
+        if waiting or crashed is not None:
+            pool.kill()
+            _pools.clear()
+        for index in stuck:
+            results[index] = _failed(index, samples[index], weights, timed_out=True, error=None)
+        for index in crashed or []:
+            if isolated:
+                results[index] = _failed(index, samples[index], weights, timed_out=False, error="worker died")
+            else:
+                suspects.add(index)
+        pending = [item for item in pending if item[0] not in results]
+        if pending and len(results) + len(suspects) == progress:  # nothing learnt: stop retrying
+            for index, _, sample in pending:
                 results[index] = _failed(index, sample, weights, timed_out=False, error="worker pool failed")
-            remaining = []
-        pending = remaining
+            pending = []
     return results
 
 

@@ -84,6 +84,7 @@ def unbox(text: str) -> str:
 def final_statement(text: str) -> str | None:
     """The last "(the) (final) answer is …" / "(final) answer: …" statement, to the end of its line.
 
+    The statement also stops at a think or answer tag ("the answer is B</think>" is "B").
     One trailing "." is removed. When the statement ends its line ("The answer is:\\nB"), the next
     non-empty line is the statement.
     """

@@ -90,6 +90,8 @@ def _parse_options(options: tuple[str, ...]) -> Options:
 def options_of(sample: Mapping[str, Any]) -> Options:
     """The sample's options (any sequence of strings), or 'any letter A–Z' when it has none."""
     options = sample.get("options")
+    if hasattr(options, "tolist"):  # a numpy array from a columnar store
+        options = options.tolist()
     if isinstance(options, (list, tuple)) and options:
         return _parse_options(tuple(str(o) for o in options))
     return _NO_OPTIONS
@@ -127,16 +129,15 @@ def parse_letter(text: str, options: Options = _NO_OPTIONS) -> str | None:
     text = text.strip(_DECORATION)
     if not text:
         return None
+    by_text = options.texts.get(normalize_text(text)) if options.texts else None
     match = _ONLY.fullmatch(text)
-    if match:
-        return _valid(match.group(1), options)
+    if match:  # a valid letter wins; else the option whose text is that letter ("y" for "B. y")
+        return _valid(match.group(1), options) or by_text
     match = _LABELLED.match(text)
     if match:
         return _valid(next(g for g in match.groups() if g), options)
-    if options.texts:
-        letter = options.texts.get(normalize_text(text))
-        if letter:
-            return letter
+    if by_text:
+        return by_text
     best: tuple[int, str] | None = None
     for pattern in _PHRASES:
         for match in pattern.finditer(text):
