@@ -16,10 +16,31 @@ from evr1.train.checkpoint import read_state
 ROOT = Path(__file__).resolve().parents[2]
 
 OVERRIDES = [
-    "data.synth.n=8", "data.synth.heldout=4", "trainer.steps=2", "trainer.prompts_per_step=2", "rollout.n=2",
+    "trainer.steps=2", "trainer.prompts_per_step=2", "rollout.n=2",
     "trainer.world_size=2", "trainer.save_every=1", "trainer.micro_batch_size=2", "rollout.max_new_tokens=8",
     "eval.max_new_tokens=8",
 ]
+
+
+def _dataset_with_bad_records(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """8 good synthetic training records plus the four bad inputs of the issue, and 4 held-out records."""
+    from evr1.data.synth import make_synthetic
+
+    rep = make_synthetic(tmp_path / "synth", 12, seed=3, heldout=4)
+    good = Path(rep.train_path).read_text().splitlines()
+    assert len(good) == 8
+    bad = [
+        '{"problem": "<video>What colour?", "answer": "A", "videos": [',                          # malformed JSON
+        json.dumps({"problem": "<video>How many?", "answer": "3", "problem_type": "numerical",
+                    "videos": ["videos/does-not-exist.mp4"], "data_type": "video"}),               # missing video
+        json.dumps({"problem": "<video>Rate it", "answer": "3", "problem_type": "interpretive dance",
+                    "videos": [json.loads(good[0])["videos"][0]], "data_type": "video"}),         # unknown type
+        json.dumps({"problem": "<video>Is it red?", "problem_type": "boolean",
+                    "videos": [json.loads(good[0])["videos"][0]], "data_type": "video"}),         # no answer
+    ]
+    train = tmp_path / "train_with_bad.jsonl"
+    train.write_text("\n".join(good[:2] + bad[:2] + good[2:5] + bad[2:] + good[5:]) + "\n")
+    return train, Path(rep.heldout_path), tmp_path / "synth"
 
 
 @pytest.mark.e2e
@@ -27,17 +48,28 @@ def test_train_and_eval_flow_end_to_end(tmp_path, prefect_harness, monkeypatch):
     from flows.train_and_eval import train_and_eval
 
     monkeypatch.chdir(ROOT)
-    overrides = [*OVERRIDES, f"run.root={tmp_path}", "run.name=e2e"]
+    train_file, heldout_file, data_root = _dataset_with_bad_records(tmp_path)
+    data = f'data={{"train_files": ["{train_file}"], "eval_files": ["{heldout_file}"], "data_root": "{data_root}"}}'
+    overrides = [*OVERRIDES, f"run.root={tmp_path}", "run.name=e2e", data]
     results = train_and_eval("conf/tiny.yaml", overrides)
     cfg = load_config(ROOT / "conf/tiny.yaml", overrides)
     run_dir = tmp_path / "e2e"
 
-    # ingest: 8 train + 4 held-out samples, nothing rejected, counts add up.
+    # ingest: 8 good train + 4 held-out samples accepted; each bad record rejected with its line and reason.
     ingest = results["ingest"]
     samples = lance.dataset(ingest.uri).to_table()
     assert samples.num_rows == 12
     assert sorted(set(samples.column("split").to_pylist())) == ["heldout", "train"]
-    assert ingest.metrics["accepted"] + ingest.metrics["rejected"] == ingest.metrics["read"] == 12
+    assert ingest.metrics["read"] == 16 and ingest.metrics["rejected"] == 4
+    assert ingest.metrics["accepted"] + ingest.metrics["rejected"] == ingest.metrics["read"]
+    rejects = {r["source"]: r for r in lance.dataset(ingest.extra["rejects_uri"]).to_table().to_pylist()}
+    name = str(train_file)
+    assert sorted(rejects) == sorted(f"{name}:{line}" for line in (3, 4, 8, 9))
+    assert "JSON" in rejects[f"{name}:3"]["reason"] or "json" in rejects[f"{name}:3"]["reason"]
+    assert rejects[f"{name}:4"]["field"] == "videos" and "does-not-exist.mp4" in rejects[f"{name}:4"]["reason"]
+    assert rejects[f"{name}:8"]["field"] == "problem_type" and "interpretive dance" in rejects[f"{name}:8"]["reason"]
+    assert rejects[f"{name}:9"]["field"] == "answer"
+    assert all(r["raw"] for r in rejects.values()), "the raw record is kept"
 
     # cache: one frames row per distinct medium, uint8 frames at factor-32 sizes.
     frames = lance.dataset(results["cache"].uri)

@@ -1,0 +1,95 @@
+"""`prefect deployment run 'train-and-eval/tiny'` against a real Prefect server on 127.0.0.1 with a process
+worker, exactly as a user runs it. The test starts the server and the worker itself and stops both."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"prefect server exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(f"{url} not healthy after {timeout} s")
+
+
+def _stop(proc: subprocess.Popen, sig: int) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, sig)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+@pytest.mark.e2e
+def test_tiny_deployment_runs_on_a_server_and_process_worker(tmp_path):
+    port = _free_port()
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+        "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_WORKER_QUERY_SECONDS": "1",
+        "PREFECT_RUNNER_POLL_FREQUENCY": "1",
+        "EVR1_HOME": str(ROOT),
+        "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
+    }
+    prefect = str(BIN / "prefect")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    server = subprocess.Popen([prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)], env=env,
+                              cwd=ROOT, stdout=(logs / "server.log").open("w"), stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    worker = None
+    try:
+        _wait_healthy(f"http://127.0.0.1:{port}/api/health", server)
+        run = lambda *args, **kw: subprocess.run([prefect, *args], env=env, cwd=ROOT, capture_output=True,
+                                                 text=True, **kw)
+        created = run("work-pool", "create", "local", "--type", "process", timeout=120)
+        assert created.returncode == 0, created.stdout + created.stderr
+        deployed = run("--no-prompt", "deploy", "--name", "tiny", timeout=300)
+        assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+        worker = subprocess.Popen([prefect, "worker", "start", "--pool", "local"], env=env, cwd=ROOT,
+                                  stdout=(logs / "worker.log").open("w"), stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+        overrides = ["data.synth.n=4", "data.synth.heldout=2", "trainer.steps=1", "trainer.prompts_per_step=2",
+                     "rollout.n=2", "trainer.world_size=1", "rollout.max_new_tokens=4", "eval.max_new_tokens=4",
+                     f"run.root={tmp_path / 'runs'}", "run.name=deployed", "cache.workers=0"]
+        started = run("deployment", "run", "train-and-eval/tiny", "--params", json.dumps({"overrides": overrides}),
+                      "--watch", "--watch-interval", "1", "--watch-timeout", "600", timeout=700)
+        worker_log = (logs / "worker.log").read_text()[-4000:]
+        assert started.returncode == 0, started.stdout[-3000:] + started.stderr[-3000:] + worker_log
+        assert "Completed" in started.stdout
+        results = tmp_path / "runs" / "deployed" / "eval"
+        files = list(results.glob("*/heldout/results.jsonl"))
+        assert len(files) == 1 and len(files[0].read_text().splitlines()) == 2
+    finally:
+        if worker is not None:
+            _stop(worker, signal.SIGTERM)
+        _stop(server, signal.SIGINT)
