@@ -156,8 +156,9 @@ class AlgorithmConfig(Section):
 class RewardConfig(Section):
     accuracy_weight: float = Field(0.9, ge=0.0, le=1.0)
     format_weight: float = Field(0.1, ge=0.0, le=1.0)
-    # A user-defined scorer as "path/to/file.py:function"; None uses evr1.rewards.compute_score.
-    function: str | None = None
+    # User-defined task families: "path/to/file.py:function" references whose files `@register`
+    # their families (docs/rewards.md); loaded before ingestion, so their problem types are known.
+    families: list[str] = []
     workers: int = Field(0, ge=0)
     timeout_s: float = 10.0
 

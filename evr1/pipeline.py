@@ -54,6 +54,8 @@ def stage_ingest(cfg: Config) -> StageResult:
     from evr1.data.ingest import ingest
     from evr1.data.synth import make_synthetic
 
+    for ref in cfg.reward.families:  # user families register their problem types before validation
+        rewards.load_reward_function(ref)
     p = run_paths(cfg)
     d = cfg.data
     train_files, eval_files, root = list(d.train_files), list(d.eval_files), d.data_root
@@ -172,6 +174,10 @@ def stage_eval(cfg: Config, model: StageResult, samples: StageResult, frames: St
     from evr1.eval import get_benchmark
     from evr1.eval.evaluate import evaluate
 
+    from evr1 import rewards
+
+    for ref in cfg.reward.families:
+        rewards.load_reward_function(ref)
     bench = get_benchmark(benchmark)
     items = bench.load(samples.uri)
     out = run_paths(cfg)["eval"] / (Path(model.uri).name or "model")

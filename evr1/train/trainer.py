@@ -56,9 +56,9 @@ def _worker_options(cfg: Config) -> dict:
 
 def _scorer(cfg: Config) -> Callable[[list[str], list[dict]], tuple[list[dict], dict]]:
     r = cfg.reward
-    if r.function:
-        fn = rewards.load_reward_function(r.function)
-        return lambda texts, samples: ([fn(t, s) for t, s in zip(texts, samples)], {})
+    for ref in r.families:
+        rewards.load_reward_function(ref)
+
     def score(texts, samples):
         out = rewards.compute_scores(texts, samples, workers=r.workers, timeout=r.timeout_s,
                                      accuracy_weight=r.accuracy_weight, format_weight=r.format_weight)
