@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from evr1.video.clip import FrameParams
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
@@ -77,6 +79,11 @@ class CacheConfig(Section):
     # Lance URI of the frames table; defaults to <run folder>/lance/frames. Point several runs at one
     # shared URI (local or object storage) to reuse decoded frames across runs.
     uri: str | None = None
+
+    def frame_params(self, factor: int) -> FrameParams:
+        """The sampling/resize parameters for a model family's resize factor (part of the cache key)."""
+        names = [f.name for f in fields(FrameParams) if f.name != "factor"]
+        return FrameParams(factor=factor, **{name: getattr(self, name) for name in names})
 
 
 class TinyModelConfig(Section):

@@ -109,13 +109,12 @@ def stage_cache(cfg: Config, samples: StageResult, model: StageResult) -> StageR
     from evr1.cache import build_frame_cache
     from evr1.data.ingest import read_samples
     from evr1.models import family_of
-    from evr1.train.prompt_source import frame_params
 
     p = run_paths(cfg)
     frames_uri = cfg.cache.uri or str(p["lance"] / "frames")
     if not cfg.cache.enabled:
         return StageResult(stage="cache", uri="", metrics={"enabled": 0})
-    params = frame_params(cfg.cache, family_of(model.uri).factor)
+    params = cfg.cache.frame_params(family_of(model.uri).factor)
     rows = read_samples(samples.uri)
     tr = tracker(cfg)
     with tr.stage("cache", params={f"cache.{k}": v for k, v in params.__dict__.items()}):

@@ -11,7 +11,7 @@ import hashlib
 import json
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -233,3 +233,11 @@ def read_samples(
 def read_rejects(uri: str | Path) -> list[dict[str, Any]]:
     """Every row of a `rejects` table."""
     return lance.dataset(str(uri)).to_table().to_pylist()
+
+
+def reward_sample(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A `samples` row as the mapping rewards and prompts read: its fields (options included) plus its extras."""
+    extra = row.get("extra") or {}
+    if isinstance(extra, str):
+        extra = json.loads(extra) if extra else {}
+    return {**extra, **{k: v for k, v in row.items() if k != "extra"}}

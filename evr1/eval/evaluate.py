@@ -13,7 +13,6 @@ from evr1.eval.benchmark import Benchmark
 from evr1.eval.runner import EvalSummary, run_items
 from evr1.eval.store import ResultStore
 from evr1.models import load_adapter
-from evr1.train.prompt_source import frame_params
 
 
 def evaluate(cfg: Config, bench: Benchmark, items: list[dict], *, model_dir: Path, frames_uri: str | None,
@@ -23,7 +22,7 @@ def evaluate(cfg: Config, bench: Benchmark, items: list[dict], *, model_dir: Pat
     if e.limit is not None:
         items = items[: e.limit]
     adapter = load_adapter(model_dir)
-    params = frame_params(cfg.cache, adapter.family.factor)
+    params = cfg.cache.frame_params(adapter.family.factor)
     mode = cfg.cache.mode if (cfg.cache.enabled and frames_uri) else "decode-only"
     reader = FrameReader(frames_uri, params, mode=mode, data_root=cfg.data.data_root)
     engine = engine or make_engine(cfg.rollout.engine, model_dir=str(model_dir), batch_size=e.batch_size,

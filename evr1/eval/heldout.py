@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from evr1 import prompts, rewards
-from evr1.data.ingest import read_samples
+from evr1.data.ingest import read_samples, reward_sample
 from evr1.eval.benchmark import Benchmark, Prompted, register_benchmark
-from evr1.train.prompt_source import reward_sample
 
 
 def _load(samples_uri: str, *, split: str = "heldout") -> list[dict]:

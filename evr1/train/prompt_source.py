@@ -14,7 +14,7 @@ import numpy as np
 
 from evr1 import prompts
 from evr1.cache import FrameReader
-from evr1.video.clip import FrameParams
+from evr1.data.ingest import reward_sample
 
 
 @dataclass
@@ -50,27 +50,9 @@ class PromptSource:
         return asdict(self.cursor)
 
 
-def reward_sample(sample: dict) -> dict[str, Any]:
-    """The mapping the reward sees: the sample's own fields (options included) plus its extras."""
-    extra = sample.get("extra") or {}
-    if isinstance(extra, str):
-        extra = json.loads(extra) if extra else {}
-    return {**extra, **{k: v for k, v in sample.items() if k != "extra"}}
-
-
 def encode_sample(sample: dict, adapter, reader: FrameReader, *, template: str | None, thinking: bool):
     """Render the prompt, fetch frames (cache or decode, same rules) and tokenise: a `PromptInputs`."""
     text = prompts.render(reward_sample(sample), template=template, thinking=thinking)
     videos = [reader.video(p) for p in sample.get("videos") or []]
     images = [reader.image(p) for p in sample.get("images") or []]
     return adapter.encode_prompt(text, videos=videos, images=images)
-
-
-def frame_params(cache_cfg, factor: int) -> FrameParams:
-    """The frame parameters from the `cache` config section and the model family's resize factor."""
-    return FrameParams(
-        fps=cache_cfg.fps, max_frames=cache_cfg.max_frames, min_frames=cache_cfg.min_frames,
-        nframes=cache_cfg.nframes, min_pixels=cache_cfg.min_pixels, max_pixels=cache_cfg.max_pixels,
-        total_pixels=cache_cfg.total_pixels, factor=factor, rules=cache_cfg.rules,
-        image_min_pixels=cache_cfg.image_min_pixels, image_max_pixels=cache_cfg.image_max_pixels,
-    )

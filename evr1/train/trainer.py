@@ -22,7 +22,8 @@ from evr1.config import Config
 from evr1.models import load_adapter
 from evr1.train import checkpoint as ckpt_io
 from evr1.train.policy_worker import PolicyWorker, Shard
-from evr1.train.prompt_source import Cursor, PromptSource, encode_sample, frame_params, reward_sample
+from evr1.data.ingest import reward_sample
+from evr1.train.prompt_source import Cursor, PromptSource, encode_sample
 from evr1.train.ray_utils import ensure_ray, free_port, node_ip
 from evr1.train.rollout_worker import RolloutWorker
 
@@ -103,7 +104,7 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
     ensure_ray(cfg.orchestration.ray_address, num_cpus=cfg.orchestration.ray_num_cpus,
                object_store_mb=cfg.orchestration.ray_object_store_mb)
     adapter = load_adapter(model_dir)
-    params = frame_params(cfg.cache, adapter.family.factor)
+    params = cfg.cache.frame_params(adapter.family.factor)
     mode = cfg.cache.mode if (cfg.cache.enabled and frames_uri) else "decode-only"
     reader = FrameReader(frames_uri, params, mode=mode, data_root=cfg.data.data_root)
     score = _scorer(cfg)
