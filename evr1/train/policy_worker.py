@@ -8,6 +8,7 @@ reduce-scatters are collectives that every rank must enter together.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,8 +43,14 @@ class Shard:
 
 
 def shard_model(model: torch.nn.Module, mesh) -> None:
-    """Shard each transformer block (the classes HF marks as not to be split), then the root."""
-    block_names = set(getattr(model, "_no_split_modules", None) or [])
+    """Shard each language-model block (the classes HF marks as not to be split), then the root.
+
+    The vision tower stays in the root unit on purpose: the model calls it once for images and
+    once more for videos, so ranks whose micro-batches mix modalities differently would issue
+    different numbers of all-gathers if its blocks were units of their own (a collective
+    mismatch). In the root unit it is gathered once per forward, whatever the media.
+    """
+    block_names = {name for name in (getattr(model, "_no_split_modules", None) or []) if "Vision" not in name}
     for module in model.modules():
         if type(module).__name__ in block_names:
             fully_shard(module, mesh=mesh)
@@ -155,9 +162,8 @@ class PolicyWorker:
         f = self.adapter.family.factor
         dummy = self.adapter.encode_prompt("<image>", images=[np.zeros((f, f, 3), dtype=np.uint8)]).mm
         out = self.model.model.visual(dummy["pixel_values"].to(self.device), grid_thw=dummy["image_grid_thw"].to(self.device))
-        tensors = out if isinstance(out, (tuple, list)) else [out]
-        flat = [t for t in _flatten(tensors) if torch.is_tensor(t) and t.is_floating_point()]
-        return sum(t.sum() for t in flat)
+        # Every output, deepstack features included, so every vision parameter receives a (zero) gradient.
+        return sum(t.sum() for t in _flatten(out) if t.is_floating_point())
 
     # -- weights and checkpoints (collective: every rank calls these together) ----------------------
 
@@ -180,11 +186,13 @@ class PolicyWorker:
             dist.destroy_process_group()
 
 
-def _flatten(items):
-    for item in items:
-        if isinstance(item, (tuple, list)):
-            yield from _flatten(item)
-        elif hasattr(item, "last_hidden_state") or hasattr(item, "pooler_output"):
-            yield from (v for v in vars(item).values() if torch.is_tensor(v))
-        else:
-            yield item
+def _flatten(item):
+    """Every tensor inside a (nested) model output: tuples, lists, dicts and HF ModelOutputs."""
+    if torch.is_tensor(item):
+        yield item
+    elif isinstance(item, Mapping):
+        for value in item.values():
+            yield from _flatten(value)
+    elif isinstance(item, (tuple, list)):
+        for value in item:
+            yield from _flatten(value)
