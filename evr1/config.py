@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import yaml
 from evr1.video.clip import FrameParams
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class ConfigError(ValueError):
@@ -27,9 +27,15 @@ class Section(BaseModel):
 
 class RunConfig(Section):
     name: str = "run"
-    # Every output of a run goes under <root>/<name>; relative roots are taken from the working directory.
+    # Every output of a run goes under <root>/<name>; a relative root is resolved against the working
+    # directory when the config is loaded, so the same config run from two checkouts stays apart.
     root: str = "runs"
     seed: int = 0
+
+    @field_validator("root")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        return str(Path(value).expanduser().resolve())
 
 
 class SynthConfig(Section):
@@ -248,7 +254,7 @@ class Config(Section):
         return self
 
     def run_dir(self) -> Path:
-        return Path(self.run.root).expanduser().resolve() / self.run.name
+        return Path(self.run.root) / self.run.name
 
     def fingerprint(self, *sections: str) -> str:
         """A short hash of the named sections (all when none): a cache key for Prefect and the stages."""

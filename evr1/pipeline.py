@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import uuid
 from pathlib import Path
 
 from evr1.config import Config, flat_params
@@ -23,6 +25,27 @@ def run_paths(cfg: Config) -> dict[str, Path]:
     root = cfg.run_dir()
     return {"root": root, "data": root / "data", "lance": root / "lance", "models": root / "models",
             "checkpoints": root / "checkpoints", "merged": root / "merged", "eval": root / "eval"}
+
+
+def run_token(cfg: Config) -> str:
+    """A random id written once into the run folder: it changes when the folder is deleted and rebuilt.
+
+    Part of every stage's Prefect cache key, so a cached result can never point at a run folder
+    that no longer holds what the stage wrote.
+    """
+    root = run_paths(cfg)["root"]
+    marker = root / ".evr1-run-token"
+    if not marker.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = root / f".evr1-run-token.{uuid.uuid4().hex}"
+        tmp.write_text(uuid.uuid4().hex)
+        try:
+            os.link(tmp, marker)  # atomic create-if-absent: concurrent first calls agree on one token
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+    return marker.read_text().strip()
 
 
 def tracker(cfg: Config) -> Tracker:

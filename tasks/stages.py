@@ -1,8 +1,9 @@
 """One Prefect task per stage. Each calls the plain `evr1.pipeline` function and returns its `StageResult`.
 
-Results are persisted and keyed by the stage's inputs (the config and the upstream results, which
-carry content hashes) plus the task's source, so retrying a failed flow run re-executes only the
-stages that did not finish.
+Results are persisted and keyed by the stage's inputs (the config, with its absolute run folder,
+and the upstream results, which carry content hashes), the task's source and the run folder's
+token, so retrying a failed flow run re-executes only the stages that did not finish, and a
+deleted run folder is rebuilt rather than served from the cache.
 """
 
 from __future__ import annotations
@@ -12,13 +13,20 @@ from pathlib import Path
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from prefect.cache_policies import INPUTS, TASK_SOURCE
+from prefect.cache_policies import INPUTS, TASK_SOURCE, CacheKeyFnPolicy
 
 from evr1 import pipeline
 from evr1.config import Config
 from evr1.results import StageResult
 
-CACHED = dict(cache_policy=INPUTS + TASK_SOURCE, persist_result=True)
+
+
+def _run_folder(context, parameters) -> str:
+    """The run folder's token: a deleted and rebuilt run folder never gets a stale cache hit."""
+    return pipeline.run_token(parameters["cfg"])
+
+
+CACHED = dict(cache_policy=INPUTS + TASK_SOURCE + CacheKeyFnPolicy(cache_key_fn=_run_folder), persist_result=True)
 
 
 @task(name="ingest", **CACHED)
