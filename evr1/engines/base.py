@@ -6,6 +6,8 @@ Rollout (training) and evaluation share these types so an engine can be swapped 
 
 from __future__ import annotations
 
+import abc
+
 import asyncio
 import importlib
 from collections.abc import Sequence
@@ -64,11 +66,12 @@ class Engine(Protocol):
     async def agenerate(self, prompts: Sequence[PromptInputs], params: SamplingParams) -> list[list[Generation]]: ...
 
 
-class EngineBase:
+class EngineBase(abc.ABC):
     """Shared behaviour: `agenerate` runs the blocking `generate` in a worker thread for asyncio callers."""
 
+    @abc.abstractmethod
     def generate(self, prompts: Sequence[PromptInputs], params: SamplingParams) -> list[list[Generation]]:
-        raise NotImplementedError
+        """Blocking generation; each engine implements it."""
 
     async def agenerate(self, prompts: Sequence[PromptInputs], params: SamplingParams) -> list[list[Generation]]:
         return await asyncio.to_thread(self.generate, prompts, params)
