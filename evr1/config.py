@@ -195,6 +195,11 @@ class TrainerConfig(Section):
     grad_clip: float = Field(1.0, gt=0.0)
     # FSDP2 ranks, one Ray actor each (gloo on CPU, NCCL on GPU).
     world_size: int = Field(1, ge=1)
+    # Supervised steps on "<answer>{ground truth}</answer>" before RL: a cold start that teaches the
+    # answer format, so rewards vary from the first RL step. 0 (the default) skips it; a resumed run
+    # never repeats it.
+    warmup_sft_steps: int = Field(0, ge=0)
+    warmup_lr: float | None = Field(None, gt=0.0)  # None: trainer.lr
     device: Literal["cpu", "cuda"] = "cpu"
     save_every: int = Field(0, ge=0)
     keep_last: int = Field(2, ge=1)

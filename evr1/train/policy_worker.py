@@ -103,6 +103,7 @@ class PolicyWorker:
 
     def step(self, shard: Shard) -> dict[str, float]:
         """Old and reference log-probs, then `ppo_epochs` passes of clipped policy-gradient updates."""
+        self._set_lr(self.o["lr"])
         micro = list(self._micro_batches(shard))
         old, ref = [], []
         with torch.no_grad():
@@ -153,6 +154,29 @@ class PolicyWorker:
         out["actor/pg_loss"] *= self.world_size  # summed over micro-batches here; the driver averages ranks
         out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
         return out
+
+    def sft_step(self, shard: Shard) -> dict[str, float]:
+        """One supervised step on given responses (a cold start): token-mean negative log-likelihood."""
+        self._set_lr(self.o["warmup_lr"])
+        self.optimizer.zero_grad(set_to_none=True)
+        total = 0.0
+        for batch, _ in self._micro_batches(shard):
+            log_probs, _ = response_log_probs(self.model, batch, temperature=1.0)
+            nll = rl.aggregate_loss(-log_probs.float(), batch.response_mask, "token-mean",
+                                    global_token_count=shard.global_token_count)
+            if not any(k in batch.model_inputs() for k in ("pixel_values", "pixel_values_videos")):
+                nll = nll + 0.0 * self._visual_dummy()
+            (nll * self.world_size).backward()  # see `step`: FSDP2 averages over ranks
+            total += float(nll.detach())
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.o["grad_clip"])
+        grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+        if torch.isfinite(grad_norm):
+            self.optimizer.step()
+        return {"warmup/nll": total * self.world_size, "warmup/grad_norm": float(grad_norm)}
+
+    def _set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
 
     def _visual_dummy(self) -> torch.Tensor:
         """A zero-weight pass through the vision tower for a micro-batch without media.

@@ -50,7 +50,7 @@ def _worker_options(cfg: Config) -> dict:
         "loss_agg_mode": a.loss_agg_mode or rl.POLICY_LOSSES[a.policy_loss].default_agg_mode,
         "loss_scale_factor": a.loss_scale_factor or float(cfg.rollout.max_new_tokens),
         "loss_options": {k: v for k, v in a.loss_options().items() if k != "loss_agg_mode"}, "lr": t.lr, "betas": list(t.betas), "weight_decay": t.weight_decay,
-        "grad_clip": t.grad_clip, "micro_batch_size": t.micro_batch_size, "ppo_epochs": t.ppo_epochs,
+        "grad_clip": t.grad_clip, "warmup_lr": t.warmup_lr or t.lr, "micro_batch_size": t.micro_batch_size, "ppo_epochs": t.ppo_epochs,
         "temperature": max(cfg.rollout.temperature, 1e-6) if cfg.rollout.temperature > 0 else 1.0,
     }
 
@@ -118,6 +118,8 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
     try:
         if resume_from:
             cluster.all("load", str(resume_from))
+        elif t.warmup_sft_steps:
+            _warmup(cfg, cluster, samples, adapter, reader, log_metrics)
         cluster.sync_weights()
         step = state["step"]
         while step < t.steps:
@@ -195,6 +197,26 @@ def _one_step(cfg, cluster: _Cluster, source: PromptSource, adapter, reader, sco
         if isinstance(v, (int, float)):
             metrics[f"reward/{k}"] = float(v)
     return metrics
+
+
+def _warmup(cfg: Config, cluster: _Cluster, samples: list[dict], adapter, reader, log_metrics) -> None:
+    """Supervised cold start on the ground-truth answers, from its own seeded order (the RL order is untouched)."""
+    t, ro = cfg.trainer, cfg.rollout
+    source = PromptSource(samples, seed=cfg.run.seed + 7919)
+    size = t.prompts_per_step * ro.n
+    eos = adapter.eos_token_ids[:1]
+    per = size // t.world_size
+    for step in range(1, t.warmup_sft_steps + 1):
+        batch = source.next_batch(size)
+        prompts = [encode_sample(s, adapter, reader, template=ro.template, thinking=ro.thinking) for s in batch]
+        targets = [adapter.tokenizer.encode(f"<answer>{s['answer']}</answer>", add_special_tokens=False) + eos
+                   for s in batch]
+        tokens = sum(len(x) for x in targets)
+        shards = [Shard(prompts=prompts[k * per:(k + 1) * per], responses=targets[k * per:(k + 1) * per],
+                        advantages=[], global_token_count=tokens, global_sequence_count=size)
+                  for k in range(t.world_size)]
+        metrics = ray.get([r.sft_step.remote(s) for r, s in zip(cluster.ranks, shards)])
+        log_metrics({k: float(np.mean([m[k] for m in metrics])) for k in metrics[0]}, step)
 
 
 def _save(cluster: _Cluster, out_dir: Path, step: int, source: PromptSource, history, cfg: Config, model_dir) -> Path:

@@ -78,7 +78,8 @@ def test_tiny_deployment_runs_on_a_server_and_process_worker(tmp_path):
         worker = subprocess.Popen([prefect, "worker", "start", "--pool", "local"], env=env, cwd=ROOT,
                                   stdout=(logs / "worker.log").open("w"), stderr=subprocess.STDOUT,
                                   start_new_session=True)
-        overrides = ["data.synth.n=4", "data.synth.heldout=2", "trainer.steps=1", "trainer.prompts_per_step=2",
+        overrides = ["data.synth.n=4", "data.synth.heldout=2", "trainer.steps=1", "trainer.warmup_sft_steps=0",
+                     "trainer.prompts_per_step=2",
                      "rollout.n=2", "trainer.world_size=1", "rollout.max_new_tokens=4", "eval.max_new_tokens=4",
                      f"run.root={tmp_path / 'runs'}", "run.name=deployed", "cache.workers=0"]
         started = run("deployment", "run", "train-and-eval/tiny", "--params", json.dumps({"overrides": overrides}),

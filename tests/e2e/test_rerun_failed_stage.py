@@ -19,7 +19,8 @@ def test_rerun_after_a_failed_stage_skips_finished_ones(tmp_path, prefect_harnes
     monkeypatch.chdir(ROOT)
     model_dir = tmp_path / "model-arrives-later"
     overrides = [f"run.root={tmp_path}", "run.name=rerun", "data.synth.n=4", "data.synth.heldout=2",
-                 f"model.path={model_dir}", "trainer.steps=1", "trainer.prompts_per_step=2", "rollout.n=2",
+                 f"model.path={model_dir}", "trainer.steps=1", "trainer.warmup_sft_steps=0",
+                 "trainer.prompts_per_step=2", "rollout.n=2",
                  "trainer.world_size=1", "rollout.max_new_tokens=4", "eval.max_new_tokens=4", "cache.workers=0"]
 
     first: State = train_and_eval("conf/tiny.yaml", overrides, return_state=True)

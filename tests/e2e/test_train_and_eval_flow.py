@@ -16,7 +16,7 @@ from evr1.train.checkpoint import read_state
 ROOT = Path(__file__).resolve().parents[2]
 
 OVERRIDES = [
-    "trainer.steps=2", "trainer.prompts_per_step=2", "rollout.n=2",
+    "trainer.steps=2", "trainer.warmup_sft_steps=2", "trainer.prompts_per_step=2", "rollout.n=2",
     "trainer.world_size=2", "trainer.save_every=1", "trainer.micro_batch_size=2", "rollout.max_new_tokens=8",
     "eval.max_new_tokens=8",
 ]
@@ -116,6 +116,8 @@ def test_train_and_eval_flow_end_to_end(tmp_path, prefect_harness, monkeypatch):
     assert set(by_name) == {"ingest", "cache", "train", "merge", "eval-heldout"}
     history = client.get_metric_history(by_name["train"].info.run_id, "reward/overall")
     assert [m.step for m in history] == [1, 2]
+    warmup = client.get_metric_history(by_name["train"].info.run_id, "warmup/nll")
+    assert [m.step for m in warmup] == [1, 2]
     assert "actor/pg_loss" in by_name["train"].data.metrics
     assert [a.path for a in client.list_artifacts(by_name["eval-heldout"].info.run_id, "eval")] == \
         ["eval/results.jsonl", "eval/table.md"]

@@ -44,7 +44,8 @@ def test_grpo_raises_a_simple_reward(tmp_path):
         f"run.root={tmp_path}", "run.name=learn", "tracking.enabled=false", "cache.workers=0",
         f'data={{"train_files": ["{data}"], "data_root": "{tmp_path / "synth"}"}}',
         f"reward.families=['{tmp_path / 'plugin.py'}:letter_density']", "reward.accuracy_weight=1.0",
-        "reward.format_weight=0.0", "model.tiny.family=qwen2_5_vl", "trainer.steps=20", "trainer.prompts_per_step=4",
+        "reward.format_weight=0.0", "model.tiny.family=qwen2_5_vl", "trainer.steps=20", "trainer.warmup_sft_steps=0",
+        "trainer.prompts_per_step=4",
         "rollout.n=4", "trainer.world_size=2", "trainer.micro_batch_size=8", "rollout.max_new_tokens=12",
         "trainer.lr=0.01", "algorithm.use_kl_loss=false", "trainer.save_every=0",
     ])

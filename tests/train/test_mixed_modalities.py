@@ -28,7 +28,8 @@ def test_ranks_with_different_media_train_together(tmp_path):
     data.write_text("\n".join(json.dumps(r) for r in (text, image, video)) + "\n")
     overrides = [f"run.root={tmp_path}", "run.name=mixed", "tracking.enabled=false", "cache.workers=0",
                  f'data={{"train_files": ["{data}"], "data_root": "{tmp_path / "synth"}"}}',
-                 "trainer.steps=2", "trainer.prompts_per_step=3", "rollout.n=2", "trainer.world_size=2",
+                 "trainer.steps=2", "trainer.warmup_sft_steps=1", "trainer.prompts_per_step=3", "rollout.n=2",
+                 "trainer.world_size=2",
                  "trainer.micro_batch_size=1", "rollout.max_new_tokens=6", "trainer.lr=0.01",
                  "algorithm.use_kl_loss=false", "trainer.weight_decay=0.0"]
     cfg = load_config(ROOT / "conf/tiny.yaml", overrides)

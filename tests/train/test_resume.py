@@ -40,7 +40,8 @@ def test_resume_equals_uninterrupted(tmp_path):
     overrides = [f"run.root={tmp_path}", "run.name=resume", "data.synth.n=6", "data.synth.heldout=2",
                  "model.tiny.family=qwen2_5_vl", "trainer.prompts_per_step=2", "rollout.n=2", "trainer.world_size=2",
                  "trainer.micro_batch_size=2", "rollout.max_new_tokens=6", "cache.workers=0", "tracking.enabled=false",
-                 "trainer.save_every=1", "trainer.keep_last=5"]
+                 "trainer.save_every=1", "trainer.keep_last=5",
+                 "trainer.warmup_sft_steps=2"]
     cfg = load_config(ROOT / "conf/tiny.yaml", [*overrides, "trainer.steps=2"])
     samples = pipeline.stage_ingest(cfg)
     model = pipeline.stage_model(cfg)
