@@ -156,7 +156,7 @@ def _one_step(cfg, cluster: _Cluster, source: PromptSource, adapter, reader, sco
             responses.append(g["token_ids"] or [adapter.pad_token_id])
             texts.append(g["text"])
             rsamples.append(reward_sample(sample))
-            uids.append(sample["sample_id"])
+            uids.append(i)  # a group per prompt, even if a small dataset repeats a sample in one batch
             truncated.append(g["finish_reason"] == "length")
     scores, reward_metrics = score(texts, rsamples)
     overall = torch.tensor([s["overall"] for s in scores], dtype=torch.float32)
@@ -169,13 +169,8 @@ def _one_step(cfg, cluster: _Cluster, source: PromptSource, adapter, reader, sco
     advantages, _ = rl.compute_advantages(a.adv_estimator, overall, uids, mask, **a.estimator_options())
     t_adv = time.perf_counter()
 
-    # Equal shares per rank; FSDP2 needs every rank to run the same number of micro-batches.
-    w = t.world_size
-    per = len(responses) // w
-    total_tokens = int(sum(lengths))
-    shards = [Shard(prompts=seq_prompts[k * per:(k + 1) * per], responses=responses[k * per:(k + 1) * per],
-                    advantages=[advantages[row, :lengths[row]].tolist() for row in range(k * per, (k + 1) * per)],
-                    global_token_count=total_tokens, global_sequence_count=len(responses)) for k in range(w)]
+    token_advantages = [advantages[row, :n].tolist() for row, n in enumerate(lengths)]
+    shards = _shards(t.world_size, seq_prompts, responses, token_advantages)
     rank_metrics = ray.get([r.step.remote(s) for r, s in zip(cluster.ranks, shards)])
     t_update = time.perf_counter()
     cluster.sync_weights()
@@ -199,22 +194,27 @@ def _one_step(cfg, cluster: _Cluster, source: PromptSource, adapter, reader, sco
     return metrics
 
 
+def _shards(world_size: int, prompts: list, responses: list[list[int]], advantages: list[list[float]]) -> list[Shard]:
+    """Equal contiguous shares, one per rank: FSDP2 needs every rank to run the same number of micro-batches."""
+    per = len(responses) // world_size
+    tokens = sum(len(r) for r in responses)
+    return [Shard(prompts=prompts[k * per:(k + 1) * per], responses=responses[k * per:(k + 1) * per],
+                  advantages=advantages[k * per:(k + 1) * per], global_token_count=tokens,
+                  global_sequence_count=len(responses)) for k in range(world_size)]
+
+
 def _warmup(cfg: Config, cluster: _Cluster, samples: list[dict], adapter, reader, log_metrics) -> None:
     """Supervised cold start on the ground-truth answers, from its own seeded order (the RL order is untouched)."""
     t, ro = cfg.trainer, cfg.rollout
     source = PromptSource(samples, seed=cfg.run.seed + 7919)
     size = t.prompts_per_step * ro.n
     eos = adapter.eos_token_ids[:1]
-    per = size // t.world_size
     for step in range(1, t.warmup_sft_steps + 1):
         batch = source.next_batch(size)
         prompts = [encode_sample(s, adapter, reader, template=ro.template, thinking=ro.thinking) for s in batch]
         targets = [adapter.tokenizer.encode(f"<answer>{s['answer']}</answer>", add_special_tokens=False) + eos
                    for s in batch]
-        tokens = sum(len(x) for x in targets)
-        shards = [Shard(prompts=prompts[k * per:(k + 1) * per], responses=targets[k * per:(k + 1) * per],
-                        advantages=[], global_token_count=tokens, global_sequence_count=size)
-                  for k in range(t.world_size)]
+        shards = _shards(t.world_size, prompts, targets, [[] for _ in targets])
         metrics = ray.get([r.sft_step.remote(s) for r, s in zip(cluster.ranks, shards)])
         log_metrics({k: float(np.mean([m[k] for m in metrics])) for k in metrics[0]}, step)
 
