@@ -133,9 +133,11 @@ class AlgorithmConfig(Section):
     weight at 1 + 4.0 with no lower bound; the aggregation defaults per loss likewise.
     """
 
-    adv_estimator: Literal["grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"] = "grpo"
+    adv_estimator: Literal["grpo", "rloo", "remax", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gdpo"] = "grpo"
     std: Literal["sample", "population", "none"] = "sample"
     gamma: float = Field(1.0, ge=0.0, le=1.0)
+    # GDPO normalises each of these reward components per group before summing them.
+    gdpo_reward_keys: list[str] = ["accuracy", "format"]
     policy_loss: Literal["ppo", "gspo", "cispo", "sapo"] = "ppo"
     clip_ratio_low: float | None = None
     clip_ratio_high: float | None = None
@@ -147,7 +149,24 @@ class AlgorithmConfig(Section):
     use_kl_loss: bool = True
     kl_loss_coef: float = Field(0.01, ge=0.0)
     kl_penalty: Literal["k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl"] = "low_var_kl"
+    # KL in the reward (token rewards = score − β·KL(old, ref)), β fixed or adapted towards kl_target.
+    use_kl_in_reward: bool = False
+    kl_reward_penalty: Literal["k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl"] = "k1"
+    kl_coef: float = Field(0.001, ge=0.0)
+    kl_type: Literal["fixed", "adaptive"] = "fixed"
+    kl_target: float = Field(0.1, gt=0.0)
+    kl_horizon: float = Field(10000.0, gt=0.0)
     entropy_coeff: float = 0.0
+    # DAPO dynamic sampling: drop groups that teach nothing and draw more prompts to refill the batch.
+    dynamic_sampling: bool = False
+    filter_rule: Literal["std", "mean_range"] = "std"
+    filter_key: str = "overall"
+    filter_low: float = 0.01
+    filter_high: float = 0.99
+    max_sample_batches: int = Field(4, ge=1)
+    # DAPO overlong shaping: 0 off; else responses within the last `buffer` tokens lose up to the factor.
+    overlong_buffer_len: int = Field(0, ge=0)
+    overlong_penalty_factor: float = Field(1.0, ge=0.0)
 
     def loss_options(self) -> dict:
         """The options that belong to the chosen policy loss (others would be rejected by evr1.rl)."""
@@ -163,7 +182,8 @@ class AlgorithmConfig(Section):
         return out
 
     def estimator_options(self) -> dict:
-        return {"grpo": {"std": self.std}, "reinforce_plus_plus": {"gamma": self.gamma}}.get(self.adv_estimator, {})
+        return {"grpo": {"std": self.std}, "gdpo": {"std": self.std},
+                "reinforce_plus_plus": {"gamma": self.gamma}}.get(self.adv_estimator, {})
 
 
 class RewardConfig(Section):
@@ -193,6 +213,12 @@ class TrainerConfig(Section):
     weight_decay: float = 0.01
     betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float = Field(1.0, gt=0.0)
+    lr_warmup_steps: int = Field(0, ge=0)
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0)
+    # Greedy validation on the held-out split every N steps (0: never), logged as val/* metrics.
+    val_every: int = Field(0, ge=0)
+    val_limit: int = Field(64, ge=1)
     # FSDP2 ranks, one Ray actor each (gloo on CPU, NCCL on GPU).
     world_size: int = Field(1, ge=1)
     # Supervised steps on "<answer>{ground truth}</answer>" before RL: a cold start that teaches the
@@ -249,7 +275,16 @@ class Config(Section):
     orchestration: OrchestrationConfig = OrchestrationConfig()
 
     @model_validator(mode="after")
-    def _divisible(self) -> "Config":
+    def _consistent(self) -> "Config":
+        a = self.algorithm
+        if a.overlong_buffer_len > self.rollout.max_new_tokens:
+            raise ValueError(f"algorithm: overlong_buffer_len ({a.overlong_buffer_len}) must not exceed "
+                             f"rollout.max_new_tokens ({self.rollout.max_new_tokens})")
+        if a.use_kl_in_reward and a.adv_estimator == "gdpo":
+            raise ValueError("algorithm: use_kl_in_reward does not combine with adv_estimator gdpo "
+                             "(GDPO normalises separate reward components, not token rewards)")
+        if a.dynamic_sampling and a.filter_rule == "mean_range" and not a.filter_low < a.filter_high:
+            raise ValueError("algorithm: filter_low must be below filter_high")
         batch = self.trainer.prompts_per_step * self.rollout.n
         if batch % self.trainer.world_size:
             raise ValueError(

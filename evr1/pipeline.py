@@ -159,10 +159,12 @@ def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: S
 
     p = run_paths(cfg)
     rows = read_samples(samples.uri, split="train")
+    val_rows = read_samples(samples.uri, split="heldout") if cfg.trainer.val_every else None
     tr = tracker(cfg)
     with tr.stage("train", params={"samples": len(rows)}):
         result = train(cfg, samples=rows, frames_uri=frames.uri or None, model_dir=Path(model.uri),
-                       out_dir=p["checkpoints"], log_metrics=lambda m, s: tr.log_metrics(m, step=s))
+                       out_dir=p["checkpoints"], log_metrics=lambda m, s: tr.log_metrics(m, step=s),
+                       val_samples=val_rows)
         tr.log_dict({"history": result.history}, "train_history.json")
     final = result.final_metrics
     headline = {k: final[k] for k in ("reward/overall", "reward/accuracy", "reward/format", "actor/pg_loss",

@@ -24,6 +24,8 @@ from evr1.train import checkpoint as ckpt_io
 from evr1.train.policy_worker import PolicyWorker, Shard
 from evr1.data.ingest import reward_sample
 from evr1.train.prompt_source import Cursor, PromptSource, encode_sample
+from evr1.train.rollout import Rollout, collect
+from evr1.train.schedule import lr_at
 from evr1.train.ray_utils import ensure_ray, free_port, node_ip
 from evr1.train.rollout_worker import RolloutWorker
 
@@ -45,7 +47,7 @@ def _worker_options(cfg: Config) -> dict:
         "device": t.device, "seed": cfg.run.seed, "dtype": cfg.model.dtype,
         "attn_implementation": cfg.model.attn_implementation,
         "gradient_checkpointing": cfg.model.gradient_checkpointing,
-        "use_kl_loss": a.use_kl_loss, "kl_loss_coef": a.kl_loss_coef, "kl_penalty": a.kl_penalty,
+        "use_kl_loss": a.use_kl_loss, "use_kl_in_reward": a.use_kl_in_reward, "kl_loss_coef": a.kl_loss_coef, "kl_penalty": a.kl_penalty,
         "entropy_coeff": a.entropy_coeff, "policy_loss": a.policy_loss,
         "loss_agg_mode": a.loss_agg_mode or rl.POLICY_LOSSES[a.policy_loss].default_agg_mode,
         "loss_scale_factor": a.loss_scale_factor or float(cfg.rollout.max_new_tokens),
@@ -97,7 +99,8 @@ class _Cluster:
 
 
 def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir: Path, out_dir: Path,
-          log_metrics: Callable[[dict, int], None] = lambda m, s: None) -> TrainResult:
+          log_metrics: Callable[[dict, int], None] = lambda m, s: None,
+          val_samples: list[dict] | None = None) -> TrainResult:
     """Run `cfg.trainer.steps` GRPO steps from `model_dir`; resume from `out_dir` when it holds a checkpoint."""
     t, ro = cfg.trainer, cfg.rollout
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -113,6 +116,7 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
     state = ckpt_io.read_state(resume_from) if resume_from else {"step": 0, "cursor": {}, "history": []}
     source = PromptSource(samples, seed=cfg.run.seed, cursor=Cursor(**state["cursor"]))
     history: list[dict] = state.get("history", [])
+    kl_ctrl = _kl_controller(cfg, state.get("kl_coef"))
 
     cluster = _Cluster(cfg, model_dir)
     try:
@@ -124,11 +128,14 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
         step = state["step"]
         while step < t.steps:
             step += 1
-            metrics = _one_step(cfg, cluster, source, adapter, reader, score, step)
+            metrics = _one_step(cfg, cluster, source, adapter, reader, score, step, kl_ctrl)
+            if val_samples and t.val_every and (step % t.val_every == 0 or step == t.steps):
+                metrics.update(validate(cfg, cluster, val_samples, adapter, reader, score))
             history.append({"step": step, **metrics})
             log_metrics(metrics, step)
             if step == t.steps or (t.save_every and step % t.save_every == 0):
-                _save(cluster, out_dir, step, source, history, cfg, model_dir)
+                _save(cluster, out_dir, step, source, history, cfg, model_dir,
+                      kl_coef=kl_ctrl.value if kl_ctrl is not None else None)
                 ckpt_io.prune(out_dir, t.keep_last)
         final = ckpt_io.latest_checkpoint(out_dir)
         if not (final / "probe.pt").exists():
@@ -138,69 +145,118 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
     return TrainResult(checkpoint=final, steps=step, history=history)
 
 
-def _one_step(cfg, cluster: _Cluster, source: PromptSource, adapter, reader, score, step: int) -> dict:
-    t, ro = cfg.trainer, cfg.rollout
-    t0 = time.perf_counter()
-    batch = source.next_batch(t.prompts_per_step)
-    prompts = [encode_sample(s, adapter, reader, template=ro.template, thinking=ro.thinking) for s in batch]
-    t_load = time.perf_counter()
-    sampling = {"n": ro.n, "max_new_tokens": ro.max_new_tokens, "temperature": ro.temperature,
-                "top_p": ro.top_p, "top_k": ro.top_k, "seed": cfg.run.seed * 100003 + step}
-    groups = ray.get(cluster.rollout.generate.remote(prompts, sampling))
-    t_gen = time.perf_counter()
+def _kl_controller(cfg: Config, value: float | None):
+    a = cfg.algorithm
+    if not a.use_kl_in_reward:
+        return None
+    start = a.kl_coef if value is None else value
+    if a.kl_type == "adaptive":
+        return rl.AdaptiveKLController(start, a.kl_target, a.kl_horizon)
+    return rl.FixedKLController(start)
 
-    seq_prompts, responses, texts, rsamples, uids, truncated = [], [], [], [], [], []
-    for i, (sample, group) in enumerate(zip(batch, groups)):
-        for g in group:
-            seq_prompts.append(prompts[i])
-            responses.append(g["token_ids"] or [adapter.pad_token_id])
-            texts.append(g["text"])
-            rsamples.append(reward_sample(sample))
-            uids.append(i)  # a group per prompt, even if a small dataset repeats a sample in one batch
-            truncated.append(g["finish_reason"] == "length")
-    scores, reward_metrics = score(texts, rsamples)
-    overall = torch.tensor([s["overall"] for s in scores], dtype=torch.float32)
-    lengths = [len(r) for r in responses]
-    width = max(lengths)
-    mask = torch.zeros(len(responses), width)
+
+def _one_step(cfg, cluster: _Cluster, source: PromptSource, adapter, reader, score, step: int, kl_ctrl) -> dict:
+    t, a = cfg.trainer, cfg.algorithm
+    t0 = time.perf_counter()
+    metrics: dict[str, float] = {}
+    generated, batch = collect(cfg, cluster.rollout, source, adapter, reader, score, step, metrics)
+    t_gen = time.perf_counter()
+    metrics.update(_reward_metrics(generated))
+    if not len(batch):
+        # Every group scored alike (dynamic sampling kept none): nothing to learn from this step.
+        metrics.update({"data/skipped": 1.0, "time/step_s": time.perf_counter() - t0})
+        return metrics
+
+    lengths = [len(r) for r in batch.responses]
+    mask = torch.zeros(len(lengths), max(lengths))
     for row, n in enumerate(lengths):
         mask[row, :n] = 1.0
-    a = cfg.algorithm
-    advantages, _ = rl.compute_advantages(a.adv_estimator, overall, uids, mask, **a.estimator_options())
+    shards = _shards(t.world_size, batch.prompts, batch.responses, [[] for _ in lengths])
+    log_probs = ray.get([r.log_probs.remote(s) for r, s in zip(cluster.ranks, shards)])
+    old = [row for part in log_probs for row in part["old"]]
+    ref = [row for part in log_probs for row in part["ref"]] if log_probs[0]["ref"] is not None else None
+    t_lp = time.perf_counter()
+
+    overall = torch.tensor([s["overall"] for s in batch.scores], dtype=torch.float32)
+    if a.overlong_buffer_len:
+        overall = overall + rl.overlong_penalty(lengths, max_response_length=cfg.rollout.max_new_tokens,
+                                                buffer_len=a.overlong_buffer_len,
+                                                penalty_factor=a.overlong_penalty_factor).float()
+    scores = overall
+    if kl_ctrl is not None:
+        token_scores = rl.scores_to_token_rewards(overall, mask)
+        scores, current_kl = rl.apply_kl_in_reward(token_scores, _rows(old, mask), _rows(ref, mask), mask,
+                                                   kl_coef=kl_ctrl.value, kind=a.kl_reward_penalty)
+        metrics.update({"actor/reward_kl": current_kl, "actor/kl_coef": kl_ctrl.value})
+        kl_ctrl.update(current_kl, len(lengths))
+    if a.adv_estimator == "gdpo":
+        scores = {k: torch.tensor([float(s.get(k, 0.0)) for s in batch.scores]) for k in a.gdpo_reward_keys}
+    options = a.estimator_options()
+    if a.adv_estimator == "remax":
+        options["baseline_scores"] = torch.tensor(batch.baseline, dtype=torch.float32)
+    advantages, _ = rl.compute_advantages(a.adv_estimator, scores, batch.groups, mask, **options)
     t_adv = time.perf_counter()
 
-    token_advantages = [advantages[row, :n].tolist() for row, n in enumerate(lengths)]
-    shards = _shards(t.world_size, seq_prompts, responses, token_advantages)
-    rank_metrics = ray.get([r.step.remote(s) for r, s in zip(cluster.ranks, shards)])
+    token_adv = [advantages[row, :n].tolist() for row, n in enumerate(lengths)]
+    shards = _shards(t.world_size, batch.prompts, batch.responses, token_adv, old=old, ref=ref)
+    lr = lr_at(step, base=t.lr, total=t.steps, warmup=t.lr_warmup_steps, schedule=t.lr_schedule,
+               min_ratio=t.min_lr_ratio)
+    rank_metrics = ray.get([r.step.remote(s, lr) for r, s in zip(cluster.ranks, shards)])
     t_update = time.perf_counter()
     cluster.sync_weights()
     t_sync = time.perf_counter()
 
-    acc = np.array([s.get("accuracy", 0.0) for s in scores])
-    fmt = np.array([s.get("format", 0.0) for s in scores])
-    metrics = {
-        "reward/overall": float(overall.mean()), "reward/accuracy": float(acc.mean()), "reward/format": float(fmt.mean()),
-        "reward/overall_std": float(overall.std()) if len(overall) > 1 else 0.0,
-        "response/length_mean": float(np.mean(lengths)), "response/clip_ratio": float(np.mean(truncated)),
+    tokens = sum(len(p) for p in batch.prompts) + sum(lengths)
+    metrics.update({
         "adv/mean": float(rl.masked_mean(advantages, mask)), "data/epoch": float(source.cursor.epoch),
-        "time/load_s": t_load - t0, "time/generate_s": t_gen - t_load, "time/reward_s": t_adv - t_gen,
+        "time/rollout_s": t_gen - t0, "time/log_probs_s": t_lp - t_gen, "time/advantage_s": t_adv - t_lp,
         "time/update_s": t_update - t_adv, "time/sync_s": t_sync - t_update, "time/step_s": t_sync - t0,
-    }
+        "perf/tokens": float(tokens), "perf/throughput": tokens / (t_sync - t0) / t.world_size,
+    })
     for key in rank_metrics[0]:
         metrics[key] = float(np.mean([m[key] for m in rank_metrics]))
-    for k, v in (reward_metrics or {}).items():
-        if isinstance(v, (int, float)):
-            metrics[f"reward/{k}"] = float(v)
     return metrics
 
 
-def _shards(world_size: int, prompts: list, responses: list[list[int]], advantages: list[list[float]]) -> list[Shard]:
+def _rows(rows: list[list[float]], mask: torch.Tensor) -> torch.Tensor:
+    out = torch.zeros(mask.shape)
+    for i, values in enumerate(rows):
+        out[i, : len(values)] = torch.tensor(values)
+    return out
+
+
+def _reward_metrics(r: Rollout) -> dict[str, float]:
+    """Reward and response statistics over everything generated this step (kept or not)."""
+    def mean(key):
+        return float(np.mean([s.get(key, 0.0) for s in r.scores]))
+    overall = np.array([s["overall"] for s in r.scores])
+    lengths = [len(x) for x in r.responses]
+    return {"reward/overall": mean("overall"), "reward/accuracy": mean("accuracy"), "reward/format": mean("format"),
+            "reward/overall_std": float(overall.std(ddof=1)) if len(overall) > 1 else 0.0,
+            "response/length_mean": float(np.mean(lengths)), "response/length_max": float(max(lengths)),
+            "response/clip_ratio": float(np.mean(r.truncated))}
+
+
+def validate(cfg: Config, cluster: _Cluster, samples: list[dict], adapter, reader, score) -> dict[str, float]:
+    """Greedy answers on (up to `val_limit`) held-out samples from the current rollout weights."""
+    ro = cfg.rollout
+    chosen = samples[: cfg.trainer.val_limit]
+    prompts = [encode_sample(s, adapter, reader, template=ro.template, thinking=ro.thinking) for s in chosen]
+    outs = ray.get(cluster.rollout.generate.remote(prompts, {"n": 1, "max_new_tokens": ro.max_new_tokens,
+                                                             "temperature": 0.0, "seed": cfg.run.seed}))
+    scores, _ = score([o[0]["text"] for o in outs], [reward_sample(s) for s in chosen])
+    return {f"val/{k}": float(np.mean([s.get(k, 0.0) for s in scores])) for k in ("overall", "accuracy", "format")}
+
+
+def _shards(world_size: int, prompts: list, responses: list[list[int]], advantages: list[list[float]], *,
+            old: list[list[float]] | None = None, ref: list[list[float]] | None = None) -> list[Shard]:
     """Equal contiguous shares, one per rank: FSDP2 needs every rank to run the same number of micro-batches."""
     per = len(responses) // world_size
     tokens = sum(len(r) for r in responses)
-    return [Shard(prompts=prompts[k * per:(k + 1) * per], responses=responses[k * per:(k + 1) * per],
-                  advantages=advantages[k * per:(k + 1) * per], global_token_count=tokens,
-                  global_sequence_count=len(responses)) for k in range(world_size)]
+    part = lambda rows, k: rows[k * per:(k + 1) * per] if rows is not None else None  # noqa: E731
+    return [Shard(prompts=part(prompts, k), responses=part(responses, k), advantages=part(advantages, k),
+                  global_token_count=tokens, global_sequence_count=len(responses), old_log_probs=part(old, k),
+                  ref_log_probs=part(ref, k)) for k in range(world_size)]
 
 
 def _warmup(cfg: Config, cluster: _Cluster, samples: list[dict], adapter, reader, log_metrics) -> None:
@@ -219,12 +275,14 @@ def _warmup(cfg: Config, cluster: _Cluster, samples: list[dict], adapter, reader
         log_metrics({k: float(np.mean([m[k] for m in metrics])) for k in metrics[0]}, step)
 
 
-def _save(cluster: _Cluster, out_dir: Path, step: int, source: PromptSource, history, cfg: Config, model_dir) -> Path:
+def _save(cluster: _Cluster, out_dir: Path, step: int, source: PromptSource, history, cfg: Config, model_dir, *,
+          kl_coef: float | None) -> Path:
     path = ckpt_io.step_dir(out_dir, step)
     path.mkdir(parents=True, exist_ok=True)
     cluster.all("save", str(path))
     ckpt_io.write_state(path, {"step": step, "cursor": source.state(), "history": history, "seed": cfg.run.seed,
-                               "base_model": str(model_dir), "world_size": cfg.trainer.world_size})
+                               "base_model": str(model_dir), "world_size": cfg.trainer.world_size,
+                               "kl_coef": kl_coef})
     return path
 
 

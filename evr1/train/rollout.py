@@ -1,0 +1,120 @@
+"""Collecting a step's experience: draw prompts, generate n responses each, score them.
+
+With DAPO dynamic sampling, groups that cannot teach anything (all responses scored alike) are
+dropped and more prompts are drawn until the step has `prompts_per_step` informative groups or the
+draw budget is spent. ReMax adds a greedy response per prompt whose score is the baseline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import ray
+import torch
+
+from evr1 import rl
+from evr1.config import Config
+from evr1.data.ingest import reward_sample
+from evr1.train.prompt_source import PromptSource, encode_sample
+
+
+@dataclass
+class Rollout:
+    """One entry per response; `groups` ties the n responses of a prompt together."""
+
+    prompts: list = field(default_factory=list)  # PromptInputs, repeated per response
+    responses: list[list[int]] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    groups: list[int] = field(default_factory=list)
+    scores: list[dict] = field(default_factory=list)
+    truncated: list[bool] = field(default_factory=list)
+    baseline: list[float] = field(default_factory=list)  # remax: the greedy response's score
+
+    def __len__(self) -> int:
+        return len(self.responses)
+
+    def take(self, keep: list[bool]) -> "Rollout":
+        out = Rollout()
+        for name in ("prompts", "responses", "texts", "groups", "scores", "truncated", "baseline"):
+            values = getattr(self, name)
+            if values:
+                setattr(out, name, [v for v, k in zip(values, keep) if k])
+        return out
+
+    def extend(self, other: "Rollout") -> None:
+        for name in ("prompts", "responses", "texts", "groups", "scores", "truncated", "baseline"):
+            getattr(self, name).extend(getattr(other, name))
+
+    def group_order(self) -> list[int]:
+        return list(dict.fromkeys(self.groups))
+
+
+Scorer = Callable[[list[str], list[dict]], tuple[list[dict], dict]]
+
+
+def _sampling(cfg: Config, seed: int, *, greedy: bool = False) -> dict:
+    ro = cfg.rollout
+    if greedy:
+        return {"n": 1, "max_new_tokens": ro.max_new_tokens, "temperature": 0.0, "seed": seed}
+    return {"n": ro.n, "max_new_tokens": ro.max_new_tokens, "temperature": ro.temperature, "top_p": ro.top_p,
+            "top_k": ro.top_k, "seed": seed}
+
+
+def _draw(cfg: Config, rollout_actor, source: PromptSource, adapter, reader, score: Scorer, *, seed: int,
+          first_group: int, metrics: dict) -> Rollout:
+    ro = cfg.rollout
+    batch = source.next_batch(cfg.trainer.prompts_per_step)
+    prompts = [encode_sample(s, adapter, reader, template=ro.template, thinking=ro.thinking) for s in batch]
+    groups_out = ray.get(rollout_actor.generate.remote(prompts, _sampling(cfg, seed)))
+    out = Rollout()
+    samples = []
+    for i, (sample, group) in enumerate(zip(batch, groups_out)):
+        for g in group:
+            out.prompts.append(prompts[i])
+            out.responses.append(g["token_ids"] or [adapter.pad_token_id])
+            out.texts.append(g["text"])
+            out.groups.append(first_group + i)  # per prompt slot: a repeated sample is not one merged group
+            out.truncated.append(g["finish_reason"] == "length")
+            samples.append(reward_sample(sample))
+    out.scores, reward_metrics = score(out.texts, samples)
+    for k, v in (reward_metrics or {}).items():
+        if isinstance(v, (int, float)) and "per_second" not in k:  # counts add up over draws; rates do not
+            metrics[f"reward/{k}"] = metrics.get(f"reward/{k}", 0.0) + float(v)
+    if cfg.algorithm.adv_estimator == "remax":
+        greedy = ray.get(rollout_actor.generate.remote(prompts, _sampling(cfg, seed, greedy=True)))
+        base_scores, _ = score([g[0]["text"] for g in greedy], [reward_sample(s) for s in batch])
+        out.baseline = [base_scores[g - first_group]["overall"] for g in out.groups]
+    return out
+
+
+def collect(cfg: Config, rollout_actor, source: PromptSource, adapter, reader, score: Scorer, step: int,
+            metrics: dict) -> tuple[Rollout, Rollout]:
+    """(everything generated, what the update trains on): equal unless dynamic sampling dropped groups."""
+    a, t = cfg.algorithm, cfg.trainer
+    generated, kept = Rollout(), Rollout()
+    draws = 0
+    while True:
+        draws += 1
+        drawn = _draw(cfg, rollout_actor, source, adapter, reader, score,
+                      seed=cfg.run.seed * 100003 + step * 101 + draws, first_group=(draws - 1) * t.prompts_per_step,
+                      metrics=metrics)
+        generated.extend(drawn)
+        if not a.dynamic_sampling:
+            kept = drawn
+            break
+        values = torch.tensor([s.get(a.filter_key, 0.0) for s in drawn.scores], dtype=torch.float64)
+        bounds = {"low": a.filter_low, "high": a.filter_high} if a.filter_rule == "mean_range" else {}
+        keep = rl.dynamic_sampling_keep(values, drawn.groups, rule=a.filter_rule, **bounds)
+        kept.extend(drawn.take(keep.tolist()))
+        if len(kept.group_order()) >= t.prompts_per_step or draws >= a.max_sample_batches:
+            break
+    # Whole groups only, as many as asked for, and a number of responses every FSDP rank can share.
+    groups = kept.group_order()[: t.prompts_per_step]
+    while groups and (len(groups) * cfg.rollout.n) % t.world_size:
+        groups.pop()
+    chosen = set(groups)
+    kept = kept.take([g in chosen for g in kept.groups])
+    metrics["data/sample_batches"] = float(draws)
+    metrics["data/kept_groups"] = float(len(groups))
+    return generated, kept

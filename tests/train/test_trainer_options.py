@@ -1,0 +1,88 @@
+"""Trainer options beyond plain GRPO, each run for real on Ray/FSDP2 with a tiny Qwen2.5-VL: ReMax with a
+greedy baseline, KL in the reward with the adaptive controller, GDPO, DAPO dynamic sampling and
+overlong shaping, the LR warm-up, and periodic validation."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evr1 import pipeline
+from evr1.config import load_config
+from evr1.data.ingest import read_samples
+from evr1.data.synth import make_synthetic
+from evr1.train.trainer import train
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PLUGIN = '''
+from evr1.rewards import FamilyResult, register
+
+@register("letter density")
+def letter_density(text, sample):
+    letters = [c for c in text if not c.isspace()]
+    return FamilyResult(sum(c == sample["answer"] for c in letters) / max(len(letters), 1), True)
+'''
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("options")
+    (tmp / "plugin.py").write_text(PLUGIN)
+    rep = make_synthetic(tmp / "synth", 10, seed=5, heldout=2)
+    records = [json.loads(line) for line in Path(rep.train_path).read_text().splitlines()]
+    for r in records:
+        r.update(problem_type="letter density", answer="e")
+        r.pop("options", None)
+    data = tmp / "train.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    base = [f"run.root={tmp}", "run.name=options", "tracking.enabled=false", "cache.workers=0",
+            f'data={{"train_files": ["{data}"], "eval_files": ["{rep.heldout_path}"], "data_root": "{tmp / "synth"}"}}',
+            f"reward.families=['{tmp / 'plugin.py'}:letter_density']", "model.tiny.family=qwen2_5_vl",
+            "trainer.warmup_sft_steps=0", "trainer.prompts_per_step=2", "rollout.n=2", "trainer.world_size=2",
+            "trainer.micro_batch_size=4", "rollout.max_new_tokens=8", "trainer.save_every=0"]
+    cfg = load_config(ROOT / "conf/tiny.yaml", base)
+    samples = pipeline.stage_ingest(cfg)
+    model = pipeline.stage_model(cfg)
+    frames = pipeline.stage_cache(cfg, samples, model)
+    return tmp, base, samples, model, frames
+
+
+def _train(setup, name, overrides):
+    tmp, base, samples, model, frames = setup
+    cfg = load_config(ROOT / "conf/tiny.yaml", [*base, *overrides])
+    return train(cfg, samples=read_samples(samples.uri, split="train"), frames_uri=frames.uri,
+                 model_dir=Path(model.uri), out_dir=tmp / name, val_samples=read_samples(samples.uri, split="heldout"))
+
+
+@pytest.mark.slow
+def test_remax_kl_in_reward_lr_warmup_and_validation(setup):
+    result = _train(setup, "remax", [
+        "trainer.steps=2", "algorithm.adv_estimator=remax", "algorithm.use_kl_loss=false",
+        "algorithm.use_kl_in_reward=true", "algorithm.kl_type=adaptive", "algorithm.kl_coef=0.2",
+        "algorithm.kl_horizon=10", "trainer.lr=0.01", "trainer.lr_warmup_steps=2", "trainer.val_every=2",
+        "algorithm.overlong_buffer_len=4"])
+    first, second = result.history
+    assert first["actor/lr"] == pytest.approx(0.005) and second["actor/lr"] == pytest.approx(0.01)
+    # Adaptive β: the first step's KL is 0 (policy = reference), below target, so β shrinks by 0.2·n/horizon.
+    assert first["actor/kl_coef"] == pytest.approx(0.2)
+    assert second["actor/kl_coef"] == pytest.approx(0.2 * (1 - 0.2 * 4 / 10))
+    assert "val/overall" in second and "val/overall" not in first
+    assert second["perf/throughput"] > 0
+
+
+@pytest.mark.slow
+def test_gdpo_with_dynamic_sampling_keeps_informative_groups(setup):
+    result = _train(setup, "gdpo", ["trainer.steps=1", "algorithm.adv_estimator=gdpo", "algorithm.dynamic_sampling=true"])
+    # A continuous reward varies inside every group: all drawn groups are informative and kept.
+    assert result.history[0]["data/kept_groups"] == 2 and result.history[0]["data/sample_batches"] == 1
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_skips_a_step_with_nothing_to_learn(setup):
+    # filter_key "format": without an answer tag every response scores 0, so every group is constant.
+    result = _train(setup, "skip", ["trainer.steps=1", "algorithm.dynamic_sampling=true",
+                                    "algorithm.filter_key=format", "algorithm.max_sample_batches=2"])
+    h = result.history[0]
+    assert h["data/kept_groups"] == 0 and h["data/sample_batches"] == 2 and h["data/skipped"] == 1
+    assert result.checkpoint.name == "step_000001"
