@@ -19,15 +19,15 @@ import torch
 from evr1 import rewards, rl
 from evr1.cache import FrameReader
 from evr1.config import Config
+from evr1.data.ingest import reward_sample
 from evr1.models import load_adapter
 from evr1.train import checkpoint as ckpt_io
 from evr1.train.policy_worker import PolicyWorker, Shard
-from evr1.data.ingest import reward_sample
 from evr1.train.prompt_source import Cursor, PromptSource, encode_sample
-from evr1.train.rollout import Rollout, collect
-from evr1.train.schedule import lr_at
 from evr1.train.ray_utils import ensure_ray, free_port, node_ip
+from evr1.train.rollout import Rollout, collect
 from evr1.train.rollout_worker import RolloutWorker
+from evr1.train.schedule import lr_at
 
 
 @dataclass
@@ -47,13 +47,16 @@ def _worker_options(cfg: Config) -> dict:
         "device": t.device, "seed": cfg.run.seed, "dtype": cfg.model.dtype,
         "attn_implementation": cfg.model.attn_implementation,
         "gradient_checkpointing": cfg.model.gradient_checkpointing,
-        "use_kl_loss": a.use_kl_loss, "use_kl_in_reward": a.use_kl_in_reward, "kl_loss_coef": a.kl_loss_coef, "kl_penalty": a.kl_penalty,
-        "entropy_coeff": a.entropy_coeff, "policy_loss": a.policy_loss,
+        "use_kl_loss": a.use_kl_loss, "use_kl_in_reward": a.use_kl_in_reward, "kl_loss_coef": a.kl_loss_coef,
+        "kl_penalty": a.kl_penalty, "entropy_coeff": a.entropy_coeff, "policy_loss": a.policy_loss,
         "loss_agg_mode": a.loss_agg_mode or rl.POLICY_LOSSES[a.policy_loss].default_agg_mode,
         "loss_scale_factor": a.loss_scale_factor or float(cfg.rollout.max_new_tokens),
-        "loss_options": {k: v for k, v in a.loss_options().items() if k != "loss_agg_mode"}, "lr": t.lr, "betas": list(t.betas), "weight_decay": t.weight_decay,
-        "grad_clip": t.grad_clip, "warmup_lr": t.warmup_lr or t.lr, "micro_batch_size": t.micro_batch_size, "ppo_epochs": t.ppo_epochs,
-        "temperature": max(cfg.rollout.temperature, 1e-6) if cfg.rollout.temperature > 0 else 1.0,
+        "loss_options": {k: v for k, v in a.loss_options().items() if k != "loss_agg_mode"},
+        "betas": list(t.betas), "weight_decay": t.weight_decay, "grad_clip": t.grad_clip,
+        "lr": t.lr, "warmup_lr": t.warmup_lr or t.lr, "micro_batch_size": t.micro_batch_size,
+        "ppo_epochs": t.ppo_epochs,
+        # Log-probs are taken at the sampling temperature, as the rollout drew them (greedy: 1).
+        "temperature": cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0,
     }
 
 
