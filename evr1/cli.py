@@ -52,6 +52,15 @@ def run(config: Path = typer.Argument(Path("conf/tiny.yaml")), overrides: Overri
                   "`evr1 run` to see the flow runs there)")
 
 
+@app.command("config")
+def show_config(config: Path = typer.Argument(Path("conf/tiny.yaml")), overrides: Overrides = None) -> None:
+    """Print the resolved config (file + overrides + every default) as YAML, after validation."""
+    import yaml
+
+    cfg = _config(config, overrides)
+    print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), end="")
+
+
 @app.command()
 def ingest(config: Path, overrides: Overrides = None) -> None:
     """Validate the configured dataset into Lance samples + rejects."""
