@@ -1,4 +1,8 @@
-"""One flow per stage, for running or re-running a single stage on its own (from the UI or CLI)."""
+"""One flow per stage, for running a single stage on its own (from the UI, a deployment or the CLI).
+
+Upstream stages are the same cached tasks the whole DAG uses, so a stage flow reuses what an
+earlier run of the same config already produced instead of recomputing it.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +13,30 @@ from evr1.results import StageResult
 from tasks import stages
 
 
-@flow(name="ingest")
+@flow(name="ingest", persist_result=True)
 def ingest_flow(config: str = "conf/tiny.yaml", overrides: list[str] | None = None) -> StageResult:
+    """Validate the dataset into Lance samples + rejects."""
     return stages.ingest(load_config(config, overrides or []))
 
 
-@flow(name="evaluate")
+@flow(name="cache", persist_result=True)
+def cache_flow(config: str = "conf/tiny.yaml", overrides: list[str] | None = None) -> StageResult:
+    """Decode every sample's media into the Lance frame cache."""
+    cfg = load_config(config, overrides or [])
+    return stages.cache(cfg, stages.ingest(cfg), stages.model(cfg))
+
+
+@flow(name="train", persist_result=True)
+def train_flow(config: str = "conf/tiny.yaml", overrides: list[str] | None = None) -> StageResult:
+    """Train (resuming from the run folder's newest checkpoint); returns the checkpoint reference."""
+    cfg = load_config(config, overrides or [])
+    samples, base = stages.ingest(cfg), stages.model(cfg)
+    return stages.train(cfg, samples, stages.cache(cfg, samples, base), base)
+
+
+@flow(name="evaluate", persist_result=True)
 def eval_flow(config: str, model_dir: str, overrides: list[str] | None = None, benchmark: str = "heldout") -> StageResult:
+    """Evaluate any Hugging Face model directory on a benchmark of the configured data."""
     cfg = load_config(config, overrides or [])
     samples = stages.ingest(cfg)
     base = StageResult(stage="model", uri=model_dir)
