@@ -119,7 +119,7 @@ class RolloutConfig(Section):
     max_new_tokens: int = Field(64, ge=1)
     temperature: float = Field(1.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = 0
+    top_k: int = Field(0, ge=-1)  # 0 or -1 (EasyR1's spelling): no top-k
     batch_size: int = Field(8, ge=1)
     thinking: bool = False
     # Prompt template: a .jinja path or None for the built-in per-family templates.
@@ -209,6 +209,10 @@ class TrainerConfig(Section):
     prompts_per_step: int = Field(2, ge=1)
     micro_batch_size: int = Field(4, ge=1)
     ppo_epochs: int = Field(1, ge=1)
+    # Responses per optimizer step over all ranks (EasyR1's global batch); None: one step per epoch.
+    mini_batch_size: int | None = Field(None, ge=1)
+    # How long a rank waits in a collective for a peer before failing (instead of hanging).
+    collective_timeout_s: float = Field(600.0, gt=0.0)
     lr: float = Field(1e-5, gt=0.0)
     weight_decay: float = 0.01
     betas: tuple[float, float] = (0.9, 0.999)
@@ -285,7 +289,19 @@ class Config(Section):
                              "(GDPO normalises separate reward components, not token rewards)")
         if a.dynamic_sampling and a.filter_rule == "mean_range" and not a.filter_low < a.filter_high:
             raise ValueError("algorithm: filter_low must be below filter_high")
+        if self.rollout.n < 2 and a.adv_estimator in ("grpo", "rloo", "gdpo", "reinforce_plus_plus_baseline"):
+            raise ValueError(f"rollout: n must be at least 2 for adv_estimator {a.adv_estimator} (a group of one "
+                             "has no baseline: every advantage would be 0)")
+        if self.rollout.n > 1 and self.rollout.temperature == 0:
+            raise ValueError("rollout: temperature 0 (greedy) makes the n responses of a group identical, so "
+                             "group-relative advantages are all 0; sample with temperature > 0")
+        if a.use_kl_loss and a.use_kl_in_reward:
+            raise ValueError("algorithm: use_kl_loss and use_kl_in_reward both apply a KL penalty; choose one")
+        mini = self.trainer.mini_batch_size
         batch = self.trainer.prompts_per_step * self.rollout.n
+        if mini is not None and (batch % mini or mini % self.trainer.world_size):
+            raise ValueError(f"trainer: mini_batch_size ({mini}) must divide prompts_per_step × rollout.n ({batch}) "
+                             f"and be divisible by trainer.world_size ({self.trainer.world_size})")
         if batch % self.trainer.world_size:
             raise ValueError(
                 f"trainer: prompts_per_step × rollout.n = {batch} must be divisible by trainer.world_size "

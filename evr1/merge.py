@@ -20,7 +20,10 @@ from evr1.train.checkpoint import read_state
 
 # Files of the base model directory that are not weights: tokenizer, processor, chat template.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
-_SKIP = {"config.json", "generation_config.json", "model.safetensors.index.json"}
+# generation_config.json is copied over the one save_pretrained writes: it carries the checkpoint's
+# full list of end-of-sequence ids (Qwen stops on two), which the model config alone does not.
+_SKIP = {"config.json", "model.safetensors.index.json"}
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass
@@ -32,7 +35,7 @@ class MergeResult:
 
 
 def merge_checkpoint(checkpoint: Path, out_dir: Path, *, base_model: Path | None = None,
-                     dtype: torch.dtype | None = None) -> MergeResult:
+                     dtype: torch.dtype | str | None = None) -> MergeResult:
     """Load the DCP shards into a full model, save it with the base model's tokenizer and processor files."""
     checkpoint = Path(checkpoint)
     state = read_state(checkpoint)
@@ -44,7 +47,7 @@ def merge_checkpoint(checkpoint: Path, out_dir: Path, *, base_model: Path | None
     dcp.load({"model": model_sd}, checkpoint_id=str(checkpoint), no_dist=True)
     model.load_state_dict(model_sd)
     if dtype is not None:
-        model.to(dtype)
+        model.to(_DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype)
     out_dir = Path(out_dir)
     if out_dir.exists():
         shutil.rmtree(out_dir)
@@ -62,7 +65,7 @@ def merge_checkpoint(checkpoint: Path, out_dir: Path, *, base_model: Path | None
 def verify_probe(checkpoint: Path, model_dir: Path) -> float:
     """Max |logit difference| between the merged model (loaded from disk) and the trained weights."""
     probe = torch.load(checkpoint / "probe.pt", weights_only=True)
-    model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32)
+    model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype="auto")  # as trained
     model.eval()
     with torch.no_grad():
         logits = model(**probe["inputs"]).logits.float()

@@ -16,7 +16,7 @@ from evr1.config import Config, flat_params
 from evr1.results import StageResult
 from evr1.tracking import Tracker, default_tracking_uri
 
-PARENT_RUN_FILE = "mlflow_parent_run_id"
+PARENT_RUN_FILE = "mlflow_parent_runs.json"
 
 
 # -- run folder and tracking ----------------------------------------------------------------------
@@ -48,8 +48,16 @@ def run_token(cfg: Config) -> str:
     return marker.read_text().strip()
 
 
-def tracker(cfg: Config) -> Tracker:
-    """The run's tracker, attached to its parent MLflow run (created on first use, reused on resume)."""
+_PROCESS_RUN_KEY = uuid.uuid4().hex
+
+
+def tracker(cfg: Config, run_key: str | None = None) -> Tracker:
+    """The tracker attached to this pipeline run's parent MLflow run.
+
+    One parent run per pipeline run: `run_key` is the Prefect flow-run id (a retry of the same
+    flow run keeps it, so its stages land under the same parent) or, outside Prefect, one key per
+    process. The run folder remembers key → parent run id.
+    """
     t = cfg.tracking
     if not t.enabled:
         return Tracker.disabled()
@@ -57,11 +65,16 @@ def tracker(cfg: Config) -> Tracker:
     uri = t.uri or default_tracking_uri(root)
     tr = Tracker(uri, t.experiment, artifact_root=root / "mlartifacts")
     marker = root / PARENT_RUN_FILE
-    if marker.exists():
-        tr.parent_run_id = marker.read_text().strip()
+    parents = json.loads(marker.read_text()) if marker.exists() else {}
+    key = f"{uri}|{run_key or _PROCESS_RUN_KEY}"
+    if key in parents:
+        tr.parent_run_id = parents[key]
     else:
         tr.start_parent(cfg.run.name, params=flat_params(cfg), tags={"evr1.run_dir": str(root)})
-        marker.write_text(tr.parent_run_id or "")
+        parents[key] = tr.parent_run_id
+        tmp = marker.with_suffix(f".{uuid.uuid4().hex}.tmp")
+        tmp.write_text(json.dumps(parents, indent=1))
+        os.replace(tmp, marker)
     return tr
 
 
@@ -69,9 +82,52 @@ def _hash(*parts: object) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def _file_stats(*paths: str | Path) -> list:
+    """(name, size, mtime) of files and of the files directly in directories: a cheap change detector."""
+    out = []
+    for path in map(Path, paths):
+        files = sorted(path.iterdir()) if path.is_dir() else [path]
+        out.extend((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file())
+    return out
+
+
+# What each stage's result depends on, besides its upstream results: config sections and input files.
+STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
+    "ingest": ("data", "reward"),
+    "model": ("model",),
+    "cache": ("cache",),
+    "train": ("run", "algorithm", "rollout", "reward", "trainer", "model", "cache"),
+    "merge": ("model", "tracking"),
+    "eval": ("eval", "rollout", "cache", "reward"),
+}
+
+
+def stage_key(stage: str, cfg: Config, upstream: list[StageResult], extra: object = None) -> str:
+    """A cache key for a stage: its own config sections, its upstream results' content, its input files
+    (sizes and mtimes) and the run folder's token. Changing anything else does not re-run it."""
+    files: list = []
+    if stage == "ingest":
+        files = _file_stats(*cfg.data.train_files, *cfg.data.eval_files, *(r.partition(":")[0] for r in cfg.reward.families))
+    elif stage == "model" and cfg.model.path and Path(cfg.model.path).exists():
+        files = _file_stats(cfg.model.path)
+    ups = [(u.stage, u.uri, u.version, u.content_hash) for u in upstream]
+    return _hash(stage, cfg.fingerprint(*STAGE_SECTIONS[stage]), cfg.run_dir(), run_token(cfg), ups, files, extra)
+
+
+def training_fingerprint(cfg: Config, samples: StageResult, frames: StageResult, model: StageResult) -> str:
+    """Names the checkpoint folder: what shapes the weights. Steps, saving and validation settings are
+    left out, so raising `trainer.steps` continues the same run instead of starting over."""
+    data = cfg.model_dump(mode="json")
+    trainer = {k: v for k, v in data["trainer"].items()
+               if k not in ("steps", "save_every", "keep_last", "resume", "val_every", "val_limit",
+                            "collective_timeout_s")}
+    sections = {k: data[k] for k in ("algorithm", "rollout", "reward", "model", "cache")}
+    return _hash(sections, trainer, cfg.run.seed, samples.content_hash, frames.content_hash, model.content_hash)
+
+
 # -- stages ---------------------------------------------------------------------------------------
 
-def stage_ingest(cfg: Config) -> StageResult:
+def stage_ingest(cfg: Config, *, run_key: str | None = None) -> StageResult:
     """Synthesise data if asked, then validate every record into Lance `samples` (+ `rejects`)."""
     from evr1 import rewards
     from evr1.data.ingest import ingest
@@ -82,7 +138,7 @@ def stage_ingest(cfg: Config) -> StageResult:
     p = run_paths(cfg)
     d = cfg.data
     train_files, eval_files, root = list(d.train_files), list(d.eval_files), d.data_root
-    tr = tracker(cfg)
+    tr = tracker(cfg, run_key)
     with tr.stage("ingest"):
         if d.synth is not None:
             s = d.synth
@@ -109,12 +165,12 @@ def stage_ingest(cfg: Config) -> StageResult:
                        extra={"rejects_uri": rejects_uri, "data_root": root or ""})
 
 
-def stage_model(cfg: Config) -> StageResult:
+def stage_model(cfg: Config, *, run_key: str | None = None) -> StageResult:
     """The starting model: `model.path`, or a tiny random-weight model built offline into the run folder."""
     from evr1.models import make_tiny
 
     if cfg.model.path:
-        return StageResult(stage="model", uri=cfg.model.path, content_hash=_hash(cfg.model.path))
+        return StageResult(stage="model", uri=cfg.model.path, content_hash=_hash(cfg.model.path, _file_stats(cfg.model.path)))
     tiny = cfg.model.tiny
     out = run_paths(cfg)["models"] / f"tiny-{tiny.family}-seed{tiny.seed}"
     if not (out / "config.json").exists():
@@ -127,7 +183,7 @@ def _media_items(samples: list[dict]) -> list[tuple[str, str, str]]:
             for path in (s.get(key) or [])]
 
 
-def stage_cache(cfg: Config, samples: StageResult, model: StageResult) -> StageResult:
+def stage_cache(cfg: Config, samples: StageResult, model: StageResult, *, run_key: str | None = None) -> StageResult:
     """Decode every sample's media once into the Lance `frames` table (hits are skipped)."""
     from evr1.cache import build_frame_cache
     from evr1.data.ingest import read_samples
@@ -139,7 +195,7 @@ def stage_cache(cfg: Config, samples: StageResult, model: StageResult) -> StageR
         return StageResult(stage="cache", uri="", metrics={"enabled": 0})
     params = cfg.cache.frame_params(family_of(model.uri).factor)
     rows = read_samples(samples.uri)
-    tr = tracker(cfg)
+    tr = tracker(cfg, run_key)
     with tr.stage("cache", params={f"cache.{k}": v for k, v in params.__dict__.items()}):
         rep = build_frame_cache(_media_items(rows), frames_uri, params, data_root=samples.extra.get("data_root") or None,
                                 workers=cfg.cache.workers, ray_address=cfg.orchestration.ray_address,
@@ -152,37 +208,39 @@ def stage_cache(cfg: Config, samples: StageResult, model: StageResult) -> StageR
                        content_hash=_hash(samples.content_hash, params.__dict__), metrics=metrics)
 
 
-def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: StageResult) -> StageResult:
+def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: StageResult, *,
+                run_key: str | None = None) -> StageResult:
     """GRPO on Ray; the checkpoint lands under <run>/checkpoints."""
     from evr1.data.ingest import read_samples
     from evr1.train.trainer import train
 
     p = run_paths(cfg)
+    fingerprint = training_fingerprint(cfg, samples, frames, model)
     rows = read_samples(samples.uri, split="train")
     val_rows = read_samples(samples.uri, split="heldout") if cfg.trainer.val_every else None
-    tr = tracker(cfg)
+    tr = tracker(cfg, run_key)
     with tr.stage("train", params={"samples": len(rows)}):
         result = train(cfg, samples=rows, frames_uri=frames.uri or None, model_dir=Path(model.uri),
-                       out_dir=p["checkpoints"], log_metrics=lambda m, s: tr.log_metrics(m, step=s),
+                       out_dir=p["checkpoints"] / fingerprint, log_metrics=lambda m, s: tr.log_metrics(m, step=s),
                        val_samples=val_rows)
         tr.log_dict({"history": result.history}, "train_history.json")
     final = result.final_metrics
     headline = {k: final[k] for k in ("reward/overall", "reward/accuracy", "reward/format", "actor/pg_loss",
                                        "actor/kl_loss", "actor/entropy") if k in final}
     return StageResult(stage="train", uri=str(result.checkpoint), version=result.steps,
-                       content_hash=_hash(cfg.fingerprint("algorithm", "trainer", "rollout", "reward", "run"),
-                                          samples.content_hash, frames.content_hash, model.content_hash),
-                       metrics=headline)
+                       content_hash=_hash(fingerprint, result.steps), metrics=headline,
+                       extra={"fingerprint": fingerprint})
 
 
-def stage_merge(cfg: Config, checkpoint: StageResult, model: StageResult) -> StageResult:
+def stage_merge(cfg: Config, checkpoint: StageResult, model: StageResult, *,
+                run_key: str | None = None) -> StageResult:
     """Checkpoint → Hugging Face directory, verified against the trained logits, registered in MLflow."""
     from evr1.merge import merge_checkpoint
 
-    out = run_paths(cfg)["merged"] / Path(checkpoint.uri).name
-    tr = tracker(cfg)
+    out = run_paths(cfg)["merged"] / f"{checkpoint.extra.get('fingerprint', 'run')}-{Path(checkpoint.uri).name}"
+    tr = tracker(cfg, run_key)
     with tr.stage("merge"):
-        res = merge_checkpoint(Path(checkpoint.uri), out, base_model=Path(model.uri))
+        res = merge_checkpoint(Path(checkpoint.uri), out, base_model=Path(model.uri), dtype=cfg.model.dtype)
         metrics = {"num_parameters": float(res.num_parameters)}
         if res.max_logit_diff is not None:
             metrics["max_logit_diff"] = res.max_logit_diff
@@ -193,7 +251,7 @@ def stage_merge(cfg: Config, checkpoint: StageResult, model: StageResult) -> Sta
 
 
 def stage_eval(cfg: Config, model: StageResult, samples: StageResult, frames: StageResult,
-               benchmark: str = "heldout") -> StageResult:
+               benchmark: str = "heldout", *, run_key: str | None = None) -> StageResult:
     """Evaluate a model directory on a benchmark; per-item results are resumable by item id."""
     from evr1.eval import get_benchmark
     from evr1.eval.evaluate import evaluate
@@ -204,8 +262,10 @@ def stage_eval(cfg: Config, model: StageResult, samples: StageResult, frames: St
         rewards.load_reward_function(ref)
     bench = get_benchmark(benchmark)
     items = bench.load(samples.uri)
-    out = run_paths(cfg)["eval"] / (Path(model.uri).name or "model")
-    tr = tracker(cfg)
+    # Results are keyed by the weights evaluated and the eval settings, never by a folder name that a
+    # differently trained model could reuse.
+    out = run_paths(cfg)["eval"] / f"{model.content_hash or _hash(model.uri)}-{cfg.fingerprint('eval', 'cache')[:8]}"
+    tr = tracker(cfg, run_key)
     with tr.stage(f"eval-{benchmark}"):
         summary = evaluate(cfg, bench, items, model_dir=Path(model.uri), frames_uri=frames.uri or None, out_dir=out)
         tr.log_metrics(summary.metrics())

@@ -1,38 +1,46 @@
 """One Prefect task per stage. Each calls the plain `evr1.pipeline` function and returns its `StageResult`.
 
-Results are persisted and keyed by the stage's inputs (the config, with its absolute run folder,
-and the upstream results, which carry content hashes), the task's source and the run folder's
-token, so retrying a failed flow run re-executes only the stages that did not finish, and a
-deleted run folder is rebuilt rather than served from the cache.
+Results are persisted and cached under a key per stage (`evr1.pipeline.stage_key`): the stage's own
+config sections, its upstream results' content hashes, its input files, the run folder's token and
+the task's source. Retrying a failed flow run re-executes only the stages that did not finish; a
+change re-runs exactly the stages it affects (a new eval setting does not retrain); a rebuilt run
+folder is never served from the cache. The MLflow parent run is keyed by the flow-run id.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
-from prefect import task
+from prefect import runtime, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from prefect.cache_policies import INPUTS, TASK_SOURCE, CacheKeyFnPolicy
+from prefect.cache_policies import TASK_SOURCE, CacheKeyFnPolicy
 
 from evr1 import pipeline
 from evr1.config import Config
 from evr1.results import StageResult
 
 
-
-def _run_folder(context, parameters) -> str:
-    """The run folder's token: a deleted and rebuilt run folder never gets a stale cache hit."""
-    return pipeline.run_token(parameters["cfg"])
-
-
-CACHED = dict(cache_policy=INPUTS + TASK_SOURCE + CacheKeyFnPolicy(cache_key_fn=_run_folder), persist_result=True)
+def _key(stage: str):
+    def key(context, parameters) -> str:
+        upstream = [v for v in parameters.values() if isinstance(v, StageResult)]
+        return pipeline.stage_key(stage, parameters["cfg"], upstream, parameters.get("benchmark"))
+    return CacheKeyFnPolicy(cache_key_fn=key)
 
 
-@task(name="ingest", **CACHED)
+def _cached(stage: str) -> dict:
+    return dict(name=stage, cache_policy=TASK_SOURCE + _key(stage), persist_result=True)
+
+
+def _run_key() -> str | None:
+    return str(runtime.flow_run.id) if runtime.flow_run.id else None
+
+
+@task(**_cached("ingest"))
 def ingest(cfg: Config) -> StageResult:
     """Validate the dataset into Lance samples + rejects."""
-    result = pipeline.stage_ingest(cfg)
+    result = pipeline.stage_ingest(cfg, run_key=_run_key())
     create_markdown_artifact(
         key="ingest-report",
         markdown=f"**ingest**: {result.metrics['accepted']:.0f} accepted, {result.metrics['rejected']:.0f} rejected "
@@ -41,37 +49,39 @@ def ingest(cfg: Config) -> StageResult:
     return result
 
 
-@task(name="model", **CACHED)
+@task(**_cached("model"))
 def model(cfg: Config) -> StageResult:
     """Resolve the starting model (or build the tiny one)."""
-    return pipeline.stage_model(cfg)
+    return pipeline.stage_model(cfg, run_key=_run_key())
 
 
-@task(name="cache", **CACHED)
+@task(**_cached("cache"))
 def cache(cfg: Config, samples: StageResult, base_model: StageResult) -> StageResult:
     """Decode media into the Lance frame cache."""
-    return pipeline.stage_cache(cfg, samples, base_model)
+    return pipeline.stage_cache(cfg, samples, base_model, run_key=_run_key())
 
 
-@task(name="train", **CACHED)
+@task(**_cached("train"))
 def train(cfg: Config, samples: StageResult, frames: StageResult, base_model: StageResult) -> StageResult:
     """GRPO training on Ray; returns the checkpoint reference."""
-    return pipeline.stage_train(cfg, samples, frames, base_model)
+    return pipeline.stage_train(cfg, samples, frames, base_model, run_key=_run_key())
 
 
-@task(name="merge", **CACHED)
+@task(**_cached("merge"))
 def merge(cfg: Config, checkpoint: StageResult, base_model: StageResult) -> StageResult:
     """Merge the checkpoint into a Hugging Face directory and register it."""
-    return pipeline.stage_merge(cfg, checkpoint, base_model)
+    return pipeline.stage_merge(cfg, checkpoint, base_model, run_key=_run_key())
 
 
-@task(name="eval", **CACHED)
+@task(**_cached("eval"))
 def evaluate(cfg: Config, model_dir: StageResult, samples: StageResult, frames: StageResult,
              benchmark: str = "heldout") -> StageResult:
     """Evaluate a model on a benchmark and publish its table."""
-    result = pipeline.stage_eval(cfg, model_dir, samples, frames, benchmark)
+    result = pipeline.stage_eval(cfg, model_dir, samples, frames, benchmark, run_key=_run_key())
     summary = json.loads((Path(result.uri) / "summary.json").read_text())
     rows = [{"group": g, "items": int(r["n"]), "score": round(100 * r["score"], 2)} for g, r in summary["by_group"].items()]
     rows.append({"group": "all", "items": summary["items"], "score": round(100 * summary["score"], 2)})
-    create_table_artifact(key=f"eval-{benchmark}", table=rows, description=f"{benchmark}: {model_dir.uri}")
+    # Artifact keys allow only lowercase letters, digits and dashes.
+    key = "eval-" + re.sub(r"[^a-z0-9-]+", "-", benchmark.lower()).strip("-")
+    create_table_artifact(key=key, table=rows, description=f"{benchmark}: {model_dir.uri}")
     return result

@@ -69,9 +69,25 @@ def test_reward_weights_must_sum_to_one(tmp_path):
 
 
 def test_batch_must_split_evenly_over_ranks(tmp_path):
-    p = _write(tmp_path, BASE + "trainer: {prompts_per_step: 3, world_size: 2}\nrollout: {n: 1}\n")
+    p = _write(tmp_path, BASE + "trainer: {prompts_per_step: 3, world_size: 2}\nrollout: {n: 3}\n")
     with pytest.raises(ConfigError, match="divisible by trainer.world_size"):
         load_config(p)
+    p = _write(tmp_path, BASE + "trainer: {prompts_per_step: 4, world_size: 2, mini_batch_size: 3}\nrollout: {n: 3}\n")
+    with pytest.raises(ConfigError, match="mini_batch_size"):
+        load_config(p)
+
+
+@pytest.mark.parametrize("section, message", [
+    ("rollout: {n: 1}", "n must be at least 2"),
+    ("rollout: {temperature: 0}", "temperature 0"),
+    ("algorithm: {use_kl_loss: true, use_kl_in_reward: true}", "choose one"),
+    ("algorithm: {adv_estimator: gdpo, use_kl_in_reward: true, use_kl_loss: false}", "gdpo"),
+    ("algorithm: {overlong_buffer_len: 100}\nrollout: {max_new_tokens: 64}", "overlong_buffer_len"),
+    ("rollout: {top_k: -2}", "rollout.top_k"),
+])
+def test_settings_that_would_train_on_nothing_or_twice_are_refused(tmp_path, section, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(_write(tmp_path, BASE + section + "\n"))
 
 
 def test_missing_file_and_bad_yaml(tmp_path):

@@ -7,10 +7,10 @@ Rollout (training) and evaluation share these types so an engine can be swapped 
 from __future__ import annotations
 
 import abc
-
 import asyncio
 import importlib
-from collections.abc import Sequence
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -106,9 +106,44 @@ def engine_class(name: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
+# Keywords callers (the rollout worker, eval) pass to every engine whatever its name; an engine
+# that has no use for one (vLLM batches by itself and picks its own device) simply does not get it.
+COMMON_KWARGS: frozenset[str] = frozenset({"batch_size", "device", "dtype"})
+
+
+def engine_kwargs(name: str, factory: Callable[..., Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The subset of `kwargs` that `factory` accepts by name.
+
+    A common keyword it does not name is dropped: its `**extra` catch-all (vLLM forwards those to
+    `vllm.LLM`, which rejects e.g. `batch_size`) does not count. Any other keyword it does not name
+    goes to the catch-all when there is one, else it is a TypeError naming the engine and keyword.
+    """
+    params = inspect.signature(factory).parameters
+    named = {p for p, v in params.items() if v.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                        inspect.Parameter.KEYWORD_ONLY)}
+    catch_all = any(v.kind is inspect.Parameter.VAR_KEYWORD for v in params.values())
+    out: dict[str, Any] = {}
+    for key, value in kwargs.items():
+        if key in named:
+            out[key] = value
+        elif key in COMMON_KWARGS:
+            continue
+        elif catch_all:
+            out[key] = value
+        else:
+            raise TypeError(f"engine {name!r}: unknown keyword {key!r} (it accepts {sorted(named)}; "
+                            f"{sorted(COMMON_KWARGS)} are dropped where an engine has no use for them)")
+    return out
+
+
 def make_engine(name: str, **kwargs: Any) -> Engine:
-    """Build engine `name`: from a checkpoint when `model_dir=` is given, else from its constructor kwargs."""
+    """Build engine `name`: from a checkpoint when `model_dir=` is given, else from its constructor kwargs.
+
+    Each engine gets only the keywords it accepts (see `engine_kwargs`), so callers can pass the
+    common ones (`batch_size`, `device`, `dtype`) whatever the engine.
+    """
     cls = engine_class(name)
     if "model_dir" in kwargs:
-        return cls.from_pretrained(kwargs.pop("model_dir"), **kwargs)
-    return cls(**kwargs)
+        model_dir = kwargs.pop("model_dir")
+        return cls.from_pretrained(model_dir, **engine_kwargs(name, cls.from_pretrained, kwargs))
+    return cls(**engine_kwargs(name, cls, kwargs))

@@ -18,6 +18,13 @@ from evr1.models.adapter import PromptInputs, VisionLanguageAdapter, load_adapte
 from evr1.models.runtime import load_model
 
 
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """`device` as a torch.device; None means cuda when available, else cpu."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
 class HFEngine(EngineBase):
     """Batched, seeded `model.generate` over left-padded prompts with their media."""
 
@@ -38,9 +45,13 @@ class HFEngine(EngineBase):
         device: str | torch.device | None = None,
         batch_size: int = 8,
     ) -> HFEngine:
+        """Load `model_dir` onto `device` ("cpu", "cuda", …; None: cuda when one is visible, else cpu).
+
+        None is what a Ray rollout/eval actor gets: Ray hides GPUs from actors that asked for none,
+        so the same call lands on the GPU it was given or on the CPU.
+        """
         model = load_model(model_dir, dtype=dtype, attn_implementation=attn_implementation)
-        if device is not None:
-            model = model.to(device)
+        model = model.to(resolve_device(device))
         return cls(model, load_adapter(model_dir), batch_size=batch_size)
 
     @property

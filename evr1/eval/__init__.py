@@ -1,6 +1,6 @@
 """evr1.eval: benchmark registry, asynchronous runner, per-item results and reports."""
 
-from evr1.eval.benchmark import BENCHMARKS, Benchmark, Prompted, get_benchmark, register_benchmark
+from evr1.eval.benchmark import BENCHMARKS, Benchmark, Prompted, PromptFn, get_benchmark, register_benchmark
 from evr1.eval.runner import EvalSummary, run_items
 from evr1.eval.store import ResultStore
 from evr1.eval import heldout as _heldout  # noqa: F401  (registers "heldout")
@@ -13,5 +13,5 @@ def score(benchmark: str, output: str, item: dict, profile: str = "official") ->
     return float(get_benchmark(benchmark).score(output, item)["score"])
 
 
-__all__ = ["BENCHMARKS", "Benchmark", "EvalSummary", "Prompted", "ResultStore", "get_benchmark",
+__all__ = ["BENCHMARKS", "Benchmark", "EvalSummary", "PromptFn", "Prompted", "ResultStore", "get_benchmark",
            "register_benchmark", "run_items", "score"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -16,11 +16,21 @@ class Prompted:
     images: Sequence[str] = ()
 
 
+class PromptFn(Protocol):
+    """(item, thinking, template=…) → prompt text and media.
+
+    `template` is the run's `rollout.template` (a .jinja path or template text; None: the built-in
+    one), so the held-out split is evaluated with exactly the prompt training used.
+    """
+
+    def __call__(self, item: Mapping, thinking: bool, *, template: str | None = None) -> Prompted: ...
+
+
 @dataclass(frozen=True)
 class Benchmark:
     name: str
     load: Callable[..., list[dict]]                 # source → items (each with a unique "id")
-    prompt: Callable[[Mapping, bool], Prompted]     # (item, thinking) → prompt text and media
+    prompt: PromptFn                                # (item, thinking, *, template=None) → prompt text and media
     score: Callable[[str, Mapping], dict[str, float]]  # (model output, item) → {"score": …, …}
     group_key: Callable[[Mapping], str] = lambda item: str(item.get("problem_type", "all"))
     metric: str = "accuracy"

@@ -17,8 +17,9 @@ def _load(samples_uri: str, *, split: str = "heldout") -> list[dict]:
     return [{**reward_sample(s), "id": s["sample_id"]} for s in read_samples(samples_uri, split=split)]
 
 
-def _prompt(item: Mapping, thinking: bool) -> Prompted:
-    text = prompts.render(item, thinking=thinking)
+def _prompt(item: Mapping, thinking: bool, *, template: str | None = None) -> Prompted:
+    """The training prompt for the item: same renderer, same template, same thinking switch."""
+    text = prompts.render(item, template=template, thinking=thinking)
     return Prompted(text=text, videos=tuple(item.get("videos") or ()), images=tuple(item.get("images") or ()))
 
 

@@ -2,7 +2,9 @@
 
 Loading (cache reads, decoding, tokenising) runs in threads with a concurrency limit and a timeout
 per item, so it overlaps generation; the engine takes whatever is ready, up to a batch. A failing
-or hanging item is recorded with its error and counted as wrong, never hangs the run.
+or hanging load is recorded with its error and counted as wrong, never hangs the run. A generation
+past its timeout fails its batch's items too, but the next batch waits until that call has returned:
+engines are not thread-safe, so two generations must never overlap.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ async def run_items(items: Sequence[Mapping], *, load: Callable[[Mapping], Any],
                     store: ResultStore, sampling: SamplingParams, concurrency: int = 4, queue_size: int = 16,
                     batch_size: int = 8, timeout_s: float = 300.0, group_key: Callable[[Mapping], str] = lambda i: "all",
                     benchmark: str = "eval") -> EvalSummary:
-    """Evaluate `items` not already in `store`; return the summary over every item."""
+    """Evaluate `items` not already scored in `store` (failed ones run again); return the summary over every item."""
     t0 = time.perf_counter()
     loop = asyncio.get_running_loop()
     todo: asyncio.Queue = asyncio.Queue()
@@ -92,16 +94,35 @@ async def run_items(items: Sequence[Mapping], *, load: Callable[[Mapping], Any],
                 batch.append(nxt)
             w1 = time.perf_counter()
             waits["engine_wait"] += w1 - w0
-            try:
-                outs = await asyncio.wait_for(engine.agenerate([inp for _, inp in batch], sampling), timeout_s)
-            except Exception as e:  # noqa: BLE001
-                outs = e
+            outs = await generate_once([inp for _, inp in batch], [item for item, _ in batch])
             waits["engine_busy"] += time.perf_counter() - w1
-            for k, (item, _) in enumerate(batch):
-                if isinstance(outs, BaseException):
-                    fail(item, "generate", outs if not isinstance(outs, asyncio.TimeoutError) else "generation timed out")
-                else:
+            if outs is not None:
+                for k, (item, _) in enumerate(batch):
                     await scored.put((item, outs[k][0].text))
+
+    async def generate_once(prompts: list, batch_items: list[Mapping]) -> list | None:
+        """One engine call; its items are recorded as failed on error or timeout (then None).
+
+        Engines are not thread-safe and `agenerate` usually runs in a worker thread that a timeout
+        cannot stop, so after a timeout this still waits for the call to return: the next batch
+        never starts while the previous generation is running. Its late output is discarded.
+        """
+        call = asyncio.ensure_future(engine.agenerate(prompts, sampling))
+        finished, _ = await asyncio.wait({call}, timeout=timeout_s)
+        if not finished:
+            for item in batch_items:
+                fail(item, "generate", f"generation timed out after {timeout_s:g} s")
+            await asyncio.wait({call})
+            if not call.cancelled():
+                call.exception()  # mark its late error retrieved: it is not a second failure to log
+            return None
+        if call.cancelled():
+            raise asyncio.CancelledError
+        if call.exception() is not None:
+            for item in batch_items:
+                fail(item, "generate", call.exception())
+            return None
+        return call.result()
 
     async def scorer() -> None:
         while True:
@@ -134,7 +155,7 @@ async def run_items(items: Sequence[Mapping], *, load: Callable[[Mapping], Any],
 
 def summarise(items: Sequence[Mapping], store: ResultStore, *, benchmark: str, group_key, seconds: float = 0.0,
               engine_wait: float = 0.0, engine_busy: float = 0.0) -> EvalSummary:
-    """Scores over every item (missing or failed count as 0, and coverage says how many were scored)."""
+    """Scores over every item from its newest record (missing or failed count as 0; coverage says how many were scored)."""
     totals: dict[str, list[float]] = defaultdict(list)
     scored = failed = 0
     for item in items:

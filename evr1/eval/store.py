@@ -2,6 +2,10 @@
 
 Items finish in any order under concurrency; keying by id (not by position, the reference's bug,
 its §7.2 item 1) makes resume order-independent. A torn last line from a kill is ignored.
+
+The file is append-only: a rerun retries items whose newest record is an error (a timeout or an
+OOM is not a verdict on the model), appends the new record after the old one, and the newest record
+for an id is the one `results` holds and summaries count.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from pathlib import Path
 
 
 class ResultStore:
+    """Per-item records in a JSONL file; `results` maps each id to its newest record."""
+
     def __init__(self, path: Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -38,7 +44,9 @@ class ResultStore:
         os.replace(tmp, self.path)
 
     def done(self, item_id: str) -> bool:
-        return str(item_id) in self.results
+        """True when the item's newest record is a result; an error record means "run it again"."""
+        rec = self.results.get(str(item_id))
+        return rec is not None and "error" not in rec
 
     def append(self, record: dict) -> None:
         line = json.dumps(record, ensure_ascii=False, default=str) + "\n"

@@ -1,8 +1,8 @@
 """Checkpoint layout: `<dir>/step_000004/` holds the sharded model+optimizer (torch.distributed.checkpoint)
 and `trainer_state.json` (step, data cursor, seeds, base model); `<dir>/latest` names the newest one.
 
-The state file is written last and renamed into place, so a directory without it is an incomplete
-save that resume ignores.
+A checkpoint is written into `step_N.tmp/` and renamed into place when complete, so a directory
+named `step_N` always holds a whole checkpoint; resume ignores leftovers.
 """
 
 from __future__ import annotations
@@ -23,9 +23,23 @@ def write_state(ckpt: Path, state: dict) -> None:
     tmp = ckpt / (STATE_FILE + ".tmp")
     tmp.write_text(json.dumps(state, indent=2))
     os.replace(tmp, ckpt / STATE_FILE)
-    latest = ckpt.parent / "latest.tmp"
-    latest.write_text(ckpt.name)
-    os.replace(latest, ckpt.parent / "latest")
+
+
+def publish(tmp: Path, final: Path) -> None:
+    """Move a finished `step_N.tmp` into place and point `latest` at it."""
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    latest = final.parent / "latest.tmp"
+    latest.write_text(final.name)
+    os.replace(latest, final.parent / "latest")
+
+
+def clear(root: Path) -> None:
+    """Remove every checkpoint under `root` (a run that must not resume)."""
+    for p in root.glob("step_*"):
+        shutil.rmtree(p, ignore_errors=True)
+    (root / "latest").unlink(missing_ok=True)
 
 
 def read_state(ckpt: Path) -> dict:
@@ -39,16 +53,14 @@ def latest_checkpoint(root: Path) -> Path | None:
         ckpt = root / pointer.read_text().strip()
         if (ckpt / STATE_FILE).exists():
             return ckpt
-    complete = sorted(p for p in root.glob("step_*") if (p / STATE_FILE).exists())
+    complete = sorted(p for p in root.glob("step_*") if (p / STATE_FILE).exists() and not p.name.endswith(".tmp"))
     return complete[-1] if complete else None
 
 
 def prune(root: Path, keep_last: int) -> None:
-    """Remove all but the newest `keep_last` complete checkpoints, and any incomplete ones."""
-    complete = sorted(p for p in root.glob("step_*") if (p / STATE_FILE).exists())
+    """Keep the newest `keep_last` complete checkpoints; remove older ones and unfinished `.tmp` saves."""
+    complete = sorted(p for p in root.glob("step_*") if (p / STATE_FILE).exists() and not p.name.endswith(".tmp"))
     for p in complete[:-keep_last]:
         shutil.rmtree(p, ignore_errors=True)
-    newest = complete[-1] if complete else None
-    for p in root.glob("step_*"):
-        if not (p / STATE_FILE).exists() and (newest is None or p.name < newest.name):
-            shutil.rmtree(p, ignore_errors=True)
+    for p in root.glob("step_*.tmp"):
+        shutil.rmtree(p, ignore_errors=True)

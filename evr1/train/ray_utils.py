@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import tempfile
 
 import ray
@@ -17,8 +16,12 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = 2, object_s
     """Connect to `address`, or start a small local instance once per process (init costs 3-6 s)."""
     if ray.is_initialized():
         return
+    runtime_env = {"env_vars": {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}}
     if address:
-        ray.init(address=address, logging_level="WARNING", log_to_driver=True)
+        # A cluster may download; honour the driver's HF_HUB_OFFLINE only when it was set explicitly.
+        if "HF_HUB_OFFLINE" not in os.environ:
+            runtime_env["env_vars"].pop("HF_HUB_OFFLINE")
+        ray.init(address=address, logging_level="WARNING", log_to_driver=True, runtime_env=runtime_env)
         return
     # Ray's socket paths must stay short (107 bytes), so its temp dir lives directly under /tmp.
     temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
@@ -28,16 +31,5 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = 2, object_s
         object_store_memory=object_store_mb * 1024 * 1024,
         _temp_dir=temp_dir,
         logging_level="WARNING",
-        runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}},
+        runtime_env=runtime_env,
     )
-
-
-def free_port() -> int:
-    """An unused TCP port on this host, for torch.distributed's rendezvous."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def node_ip() -> str:
-    return ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"

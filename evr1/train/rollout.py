@@ -58,7 +58,7 @@ def _sampling(cfg: Config, seed: int, *, greedy: bool = False) -> dict:
     if greedy:
         return {"n": 1, "max_new_tokens": ro.max_new_tokens, "temperature": 0.0, "seed": seed}
     return {"n": ro.n, "max_new_tokens": ro.max_new_tokens, "temperature": ro.temperature, "top_p": ro.top_p,
-            "top_k": ro.top_k, "seed": seed}
+            "top_k": max(ro.top_k, 0), "seed": seed}
 
 
 def _draw(cfg: Config, rollout_actor, source: PromptSource, adapter, reader, score: Scorer, *, seed: int,
@@ -84,7 +84,13 @@ def _draw(cfg: Config, rollout_actor, source: PromptSource, adapter, reader, sco
     if cfg.algorithm.adv_estimator == "remax":
         greedy = ray.get(rollout_actor.generate.remote(prompts, _sampling(cfg, seed, greedy=True)))
         base_scores, _ = score([g[0]["text"] for g in greedy], [reward_sample(s) for s in batch])
-        out.baseline = [base_scores[g - first_group]["overall"] for g in out.groups]
+        base = torch.tensor([s["overall"] for s in base_scores], dtype=torch.float32)
+        a = cfg.algorithm
+        if a.overlong_buffer_len:  # shaped like the sampled responses, or the baseline is biased
+            base = base + rl.overlong_penalty([len(g[0]["token_ids"]) for g in greedy],
+                                              max_response_length=ro.max_new_tokens, buffer_len=a.overlong_buffer_len,
+                                              penalty_factor=a.overlong_penalty_factor).float()
+        out.baseline = [float(base[g - first_group]) for g in out.groups]
     return out
 
 

@@ -7,6 +7,7 @@ sees every step.
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from evr1.models import load_adapter
 from evr1.train import checkpoint as ckpt_io
 from evr1.train.policy_worker import PolicyWorker, Shard
 from evr1.train.prompt_source import Cursor, PromptSource, encode_sample
-from evr1.train.ray_utils import ensure_ray, free_port, node_ip
+from evr1.train.ray_utils import ensure_ray
 from evr1.train.rollout import Rollout, collect
 from evr1.train.rollout_worker import RolloutWorker
 from evr1.train.schedule import lr_at
@@ -47,11 +48,13 @@ def _worker_options(cfg: Config) -> dict:
         "device": t.device, "seed": cfg.run.seed, "dtype": cfg.model.dtype,
         "attn_implementation": cfg.model.attn_implementation,
         "gradient_checkpointing": cfg.model.gradient_checkpointing,
-        "use_kl_loss": a.use_kl_loss, "use_kl_in_reward": a.use_kl_in_reward, "kl_loss_coef": a.kl_loss_coef,
+        "use_kl_loss": a.use_kl_loss and a.kl_loss_coef > 0, "kl_loss_coef": a.kl_loss_coef,
+        "needs_reference": (a.use_kl_loss and a.kl_loss_coef > 0) or a.use_kl_in_reward,
+        "collective_timeout_s": t.collective_timeout_s,
         "kl_penalty": a.kl_penalty, "entropy_coeff": a.entropy_coeff, "policy_loss": a.policy_loss,
         "loss_agg_mode": a.loss_agg_mode or rl.POLICY_LOSSES[a.policy_loss].default_agg_mode,
         "loss_scale_factor": a.loss_scale_factor or float(cfg.rollout.max_new_tokens),
-        "loss_options": {k: v for k, v in a.loss_options().items() if k != "loss_agg_mode"},
+        "loss_options": {k: v for k, v in a.loss_options().items() if k not in ("loss_agg_mode", "loss_scale_factor")},
         "betas": list(t.betas), "weight_decay": t.weight_decay, "grad_clip": t.grad_clip,
         "lr": t.lr, "warmup_lr": t.warmup_lr or t.lr, "micro_batch_size": t.micro_batch_size,
         "ppo_epochs": t.ppo_epochs,
@@ -73,32 +76,62 @@ def _scorer(cfg: Config) -> Callable[[list[str], list[dict]], tuple[list[dict], 
 
 
 class _Cluster:
-    """The actor group: `world_size` FSDP2 ranks plus one rollout worker."""
+    """The actor group: `world_size` FSDP2 ranks plus one rollout worker.
+
+    Ranks are created first; rank 0 then names a free port on its own node for the rendezvous, so
+    the group also forms when Ray places rank 0 on a different node from the driver.
+    """
 
     def __init__(self, cfg: Config, model_dir: Path):
         t = cfg.trainer
         gpus = 1 if t.device == "cuda" else 0
-        master = f"{node_ip()}:{free_port()}"
         Policy = ray.remote(num_cpus=0, num_gpus=gpus)(PolicyWorker)
         Rollout = ray.remote(num_cpus=0, num_gpus=gpus)(RolloutWorker)
         options = _worker_options(cfg)
-        self.ranks = [Policy.remote(r, t.world_size, master, str(model_dir), options) for r in range(t.world_size)]
+        self.ranks = [Policy.remote(r, t.world_size, str(model_dir), options) for r in range(t.world_size)]
         self.rollout = Rollout.remote(str(model_dir), cfg.rollout.engine,
-                                      {"batch_size": cfg.rollout.batch_size, "dtype": cfg.model.dtype})
+                                      {"batch_size": cfg.rollout.batch_size, "dtype": cfg.model.dtype,
+                                       "device": t.device})
+        master = ray.get(self.ranks[0].endpoint.remote())
+        self.all("setup", master)
 
     def all(self, method: str, *args) -> list:
-        return ray.get([getattr(r, method).remote(*args) for r in self.ranks])
+        return gather([getattr(r, method).remote(*args) for r in self.ranks], self)
+
+    def each(self, method: str, per_rank: list) -> list:
+        return gather([getattr(r, method).remote(*args) for r, args in zip(self.ranks, per_rank)], self)
 
     def sync_weights(self) -> None:
-        state = self.all("full_state_dict")[0]
-        ray.get(self.rollout.set_weights.remote(state))
+        # Every rank takes part in gathering the full state dict; rank 0's result goes straight from
+        # its object store to the rollout worker, never through the driver.
+        refs = [r.full_state_dict.remote() for r in self.ranks]
+        gather([self.rollout.set_weights.remote(refs[0]), *refs[1:]], self)
+
+    def kill(self) -> None:
+        for actor in [*self.ranks, self.rollout]:
+            ray.kill(actor)
 
     def shutdown(self) -> None:
         try:
-            self.all("shutdown")
-        finally:
-            for actor in [*self.ranks, self.rollout]:
-                ray.kill(actor)
+            ray.get([r.shutdown.remote() for r in self.ranks], timeout=60)
+        except Exception:  # noqa: BLE001 - a dead rank must not stop the others from being killed
+            pass
+        self.kill()
+
+
+def gather(refs: list, cluster: _Cluster | None = None) -> list:
+    """`ray.get` that fails fast: the first task to raise kills the group, so the other ranks do not
+    sit in a collective waiting for a peer that will never come."""
+    pending = list(refs)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        try:
+            ray.get(done[0])
+        except Exception:
+            if cluster is not None:
+                cluster.kill()
+            raise
+    return ray.get(refs)
 
 
 def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir: Path, out_dir: Path,
@@ -115,7 +148,9 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
     reader = FrameReader(frames_uri, params, mode=mode, data_root=cfg.data.data_root)
     score = _scorer(cfg)
 
-    resume_from = ckpt_io.latest_checkpoint(out_dir) if t.resume else None
+    if not t.resume:
+        ckpt_io.clear(out_dir)  # asked not to resume: an older run's checkpoints must not mix with this one's
+    resume_from = ckpt_io.latest_checkpoint(out_dir)
     state = ckpt_io.read_state(resume_from) if resume_from else {"step": 0, "cursor": {}, "history": []}
     source = PromptSource(samples, seed=cfg.run.seed, cursor=Cursor(**state["cursor"]))
     history: list[dict] = state.get("history", [])
@@ -175,7 +210,7 @@ def _one_step(cfg, cluster: _Cluster, source: PromptSource, adapter, reader, sco
     for row, n in enumerate(lengths):
         mask[row, :n] = 1.0
     shards = _shards(t.world_size, batch.prompts, batch.responses, [[] for _ in lengths])
-    log_probs = ray.get([r.log_probs.remote(s) for r, s in zip(cluster.ranks, shards)])
+    log_probs = cluster.each("log_probs", [(s,) for s in shards])
     old = [row for part in log_probs for row in part["old"]]
     ref = [row for part in log_probs for row in part["ref"]] if log_probs[0]["ref"] is not None else None
     t_lp = time.perf_counter()
@@ -201,10 +236,11 @@ def _one_step(cfg, cluster: _Cluster, source: PromptSource, adapter, reader, sco
     t_adv = time.perf_counter()
 
     token_adv = [advantages[row, :n].tolist() for row, n in enumerate(lengths)]
-    shards = _shards(t.world_size, batch.prompts, batch.responses, token_adv, old=old, ref=ref)
+    shards = _shards(t.world_size, batch.prompts, batch.responses, token_adv, old=old, ref=ref,
+                     mini_batch_size=t.mini_batch_size)
     lr = lr_at(step, base=t.lr, total=t.steps, warmup=t.lr_warmup_steps, schedule=t.lr_schedule,
                min_ratio=t.min_lr_ratio)
-    rank_metrics = ray.get([r.step.remote(s, lr) for r, s in zip(cluster.ranks, shards)])
+    rank_metrics = cluster.each("step", [(s, lr) for s in shards])
     t_update = time.perf_counter()
     cluster.sync_weights()
     t_sync = time.perf_counter()
@@ -252,14 +288,26 @@ def validate(cfg: Config, cluster: _Cluster, samples: list[dict], adapter, reade
 
 
 def _shards(world_size: int, prompts: list, responses: list[list[int]], advantages: list[list[float]], *,
-            old: list[list[float]] | None = None, ref: list[list[float]] | None = None) -> list[Shard]:
-    """Equal contiguous shares, one per rank: FSDP2 needs every rank to run the same number of micro-batches."""
+            old: list[list[float]] | None = None, ref: list[list[float]] | None = None,
+            mini_batch_size: int | None = None) -> list[Shard]:
+    """Equal contiguous shares, one per rank: FSDP2 needs every rank to run the same number of passes.
+
+    With `mini_batch_size` (responses per optimizer step over all ranks), each share is cut into
+    mini-batches and every mini-batch carries its own global token and sequence counts.
+    """
     per = len(responses) // world_size
     tokens = sum(len(r) for r in responses)
     part = lambda rows, k: rows[k * per:(k + 1) * per] if rows is not None else None  # noqa: E731
+    mini = max(1, min(per, (mini_batch_size or len(responses)) // world_size))
+    minis = []
+    if mini < per:
+        for start in range(0, per, mini):
+            rows = [responses[k * per + i] for k in range(world_size) for i in range(start, min(start + mini, per))]
+            minis.append((sum(len(r) for r in rows), len(rows)))
     return [Shard(prompts=part(prompts, k), responses=part(responses, k), advantages=part(advantages, k),
                   global_token_count=tokens, global_sequence_count=len(responses), old_log_probs=part(old, k),
-                  ref_log_probs=part(ref, k)) for k in range(world_size)]
+                  ref_log_probs=part(ref, k), mini_size=mini if minis else 0, mini_batches=minis)
+            for k in range(world_size)]
 
 
 def _warmup(cfg: Config, cluster: _Cluster, samples: list[dict], adapter, reader, log_metrics) -> None:
@@ -274,19 +322,24 @@ def _warmup(cfg: Config, cluster: _Cluster, samples: list[dict], adapter, reader
         targets = [adapter.tokenizer.encode(f"<answer>{s['answer']}</answer>", add_special_tokens=False) + eos
                    for s in batch]
         shards = _shards(t.world_size, prompts, targets, [[] for _ in targets])
-        metrics = ray.get([r.sft_step.remote(s) for r, s in zip(cluster.ranks, shards)])
+        metrics = cluster.each("sft_step", [(s,) for s in shards])
         log_metrics({k: float(np.mean([m[k] for m in metrics])) for k in metrics[0]}, step)
 
 
 def _save(cluster: _Cluster, out_dir: Path, step: int, source: PromptSource, history, cfg: Config, model_dir, *,
           kl_coef: float | None) -> Path:
-    path = ckpt_io.step_dir(out_dir, step)
-    path.mkdir(parents=True, exist_ok=True)
-    cluster.all("save", str(path))
-    ckpt_io.write_state(path, {"step": step, "cursor": source.state(), "history": history, "seed": cfg.run.seed,
-                               "base_model": str(model_dir), "world_size": cfg.trainer.world_size,
-                               "kl_coef": kl_coef})
-    return path
+    """Shards and state into `step_N.tmp`, then one rename: a crash mid-save never leaves a folder
+    that looks complete."""
+    final = ckpt_io.step_dir(out_dir, step)
+    tmp = final.with_name(final.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    cluster.all("save", str(tmp))
+    ckpt_io.write_state(tmp, {"step": step, "cursor": source.state(), "history": history, "seed": cfg.run.seed,
+                              "base_model": str(model_dir), "world_size": cfg.trainer.world_size,
+                              "kl_coef": kl_coef})
+    ckpt_io.publish(tmp, final)
+    return final
 
 
 def _write_probe(cluster: _Cluster, sample: dict, adapter, reader, cfg, ckpt: Path) -> None:

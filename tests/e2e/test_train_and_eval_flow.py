@@ -80,7 +80,8 @@ def test_train_and_eval_flow_end_to_end(tmp_path, prefect_harness, monkeypatch):
     # train: two steps, a checkpoint per step (kept: the last two), state written last.
     ckpt = Path(results["train"].uri)
     assert ckpt.name == "step_000002" and read_state(ckpt)["step"] == 2
-    assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*")) == ["step_000001", "step_000002"]
+    assert sorted(p.name for p in ckpt.parent.glob("step_*")) == ["step_000001", "step_000002"]
+    assert ckpt.parent.name == results["train"].extra["fingerprint"]
     assert list(ckpt.glob("*.distcp")), "sharded torch.distributed.checkpoint files"
 
     # merge: a Hugging Face directory that loads, with logits equal to the trained weights'.
@@ -108,7 +109,9 @@ def test_train_and_eval_flow_end_to_end(tmp_path, prefect_harness, monkeypatch):
     # MLflow: one parent run, a nested run per stage, per-step metrics, the eval table, a registered model.
     client = MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")
     exp = client.get_experiment_by_name(cfg.tracking.experiment)
-    parent_id = (run_dir / "mlflow_parent_run_id").read_text().strip()
+    parents = json.loads((run_dir / "mlflow_parent_runs.json").read_text())
+    assert len(parents) == 1, "one MLflow parent run for the one flow run"
+    parent_id = next(iter(parents.values()))
     parent = client.get_run(parent_id)
     assert parent.data.params["trainer.steps"] == "2"
     children = client.search_runs([exp.experiment_id], f"tags.mlflow.parentRunId = '{parent_id}'")

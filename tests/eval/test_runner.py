@@ -1,5 +1,5 @@
 """The async runner: every item ends with exactly one result; failures and hangs are recorded, not fatal;
-a rerun resumes by item id whatever order items finished in.
+a rerun resumes by item id whatever order items finished in, and retries the items that failed.
 
 The engine here is a small scripted class implementing the engine protocol (`agenerate`), so the
 runner's queueing, timeouts and resume are tested in isolation; the real HF engine runs in the e2e test.
@@ -9,11 +9,12 @@ import asyncio
 import json
 import random
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
 
-from evr1.engines import SamplingParams
+from evr1.engines import EngineBase, Generation, SamplingParams
 from evr1.eval import ResultStore, run_items
 
 
@@ -97,3 +98,64 @@ def test_resume_skips_done_items_and_ignores_a_torn_line(tmp_path):
     engine2 = EchoEngine()
     run(ITEMS, ResultStore(path), engine2)
     assert engine2.calls == 0
+
+
+def test_a_failed_item_is_retried_by_a_rerun_and_the_file_keeps_both_records(tmp_path):
+    path = tmp_path / "r.jsonl"
+    first = run(ITEMS, ResultStore(path), EchoEngine(fail_on={"a4"}), batch_size=1)
+    assert first.failed == 1 and first.scored == 19
+    # The rerun's store reads the file back: q4's only record is an error, so it is not done.
+    store = ResultStore(path)
+    assert not store.done("q4") and store.done("q5")
+    engine = EchoEngine()
+    second = run(ITEMS, store, engine, batch_size=1)
+    assert engine.calls == 1  # only q4 ran again
+    assert second.failed == 0 and second.scored == 20 and second.score == 1.0
+    assert "error" not in store.results["q4"] and store.results["q4"]["score"] == 1.0
+    # Append-only: the failure is still in the file, before the success; a fresh read agrees.
+    q4 = [json.loads(line) for line in path.read_text().splitlines() if json.loads(line)["id"] == "q4"]
+    assert ["error" in r for r in q4] == [True, False]
+    assert len(path.read_text().splitlines()) == 21
+    again = ResultStore(path)
+    assert again.done("q4") and again.results["q4"]["score"] == 1.0
+
+
+class SlowThreadEngine(EngineBase):
+    """A blocking engine (like HF or vLLM) run through `EngineBase.agenerate`'s worker thread.
+
+    The first call takes `first_delay` s, later ones are quick; every call records how many calls
+    were inside `generate` at once, which for the real engines must never exceed 1.
+    """
+
+    def __init__(self, first_delay: float):
+        self.first_delay, self.calls, self.active, self.max_active = first_delay, 0, 0, 0
+        self.lock = threading.Lock()
+
+    def generate(self, prompts, params):
+        with self.lock:
+            self.calls += 1
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+            delay = self.first_delay if self.calls == 1 else 0.0
+        try:
+            time.sleep(delay)
+            return [[Generation(token_ids=[], text=p, finish_reason="stop")] for p in prompts]
+        finally:
+            with self.lock:
+                self.active -= 1
+
+
+def test_a_timed_out_generation_fails_its_batch_and_never_overlaps_the_next(tmp_path):
+    engine = SlowThreadEngine(first_delay=1.5)
+    store = ResultStore(tmp_path / "r.jsonl")
+    t0 = time.perf_counter()
+    summary = run(ITEMS[:6], store, engine, batch_size=1, timeout_s=0.5)
+    elapsed = time.perf_counter() - t0
+    assert engine.max_active == 1
+    # The run waited for the slow first call to return before the next generation started.
+    assert elapsed >= 1.5
+    assert engine.calls == 6  # one per item; the late output of the first call was discarded
+    errors = {rid: r["error"] for rid, r in store.results.items() if "error" in r}
+    assert list(errors.values()) == ["generation timed out after 0.5 s"]
+    assert all(store.results[rid]["stage"] == "generate" for rid in errors)
+    assert summary.failed == 1 and summary.scored == 5 and summary.score == pytest.approx(5 / 6)

@@ -86,3 +86,14 @@ def test_dynamic_sampling_skips_a_step_with_nothing_to_learn(setup):
     h = result.history[0]
     assert h["data/kept_groups"] == 0 and h["data/sample_batches"] == 2 and h["data/skipped"] == 1
     assert result.checkpoint.name == "step_000001"
+
+
+@pytest.mark.slow
+def test_mini_batches_take_several_optimizer_steps_and_saves_are_atomic(setup):
+    tmp = setup[0]
+    result = _train(setup, "mini", ["trainer.steps=1", "trainer.mini_batch_size=2", "trainer.save_every=1"])
+    assert result.history[0]["actor/updates"] == 2  # 4 responses, 2 per optimizer step
+    assert not list((tmp / "mini").glob("*.tmp")), "no unfinished save left behind"
+    # resume=false starts over: the earlier run's checkpoints are cleared, not mixed in.
+    again = _train(setup, "mini", ["trainer.steps=1", "trainer.resume=false", "trainer.save_every=1"])
+    assert again.history[0]["actor/updates"] == 1 and len(again.history) == 1

@@ -1,0 +1,68 @@
+"""An engine that lives in a Ray actor: the caller's process never imports the engine's libraries.
+
+The Prefect flow's process has no vLLM (it lives only in the GPU worker image), so eval with
+`rollout.engine: vllm` runs the engine inside the trainer's `RolloutWorker` actor and talks to it
+through its `generate(prompts, params: dict) -> list[list[dict]]` contract. Prompts are sent as
+`PromptInputs` (already tokenised, media preprocessed), exactly as in training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from os import PathLike
+from typing import TYPE_CHECKING, Any
+
+import ray
+
+from evr1.engines.base import EngineBase, Generation, SamplingParams
+
+if TYPE_CHECKING:
+    from evr1.models.adapter import PromptInputs
+
+
+def _generations(rows: list[list[dict]]) -> list[list[Generation]]:
+    return [[Generation(token_ids=list(g["token_ids"]), text=g["text"], finish_reason=g["finish_reason"])
+             for g in row] for row in rows]
+
+
+class RemoteEngine(EngineBase):
+    """The Engine protocol over a Ray actor handle with `generate(prompts, params: dict) -> list[list[dict]]`."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def _call(self, prompts: Sequence[PromptInputs], params: SamplingParams) -> ray.ObjectRef:
+        return self.actor.generate.remote(list(prompts), dataclasses.asdict(params))
+
+    def generate(self, prompts: Sequence[PromptInputs], params: SamplingParams) -> list[list[Generation]]:
+        return _generations(ray.get(self._call(prompts, params)))
+
+    async def agenerate(self, prompts: Sequence[PromptInputs], params: SamplingParams) -> list[list[Generation]]:
+        # An ObjectRef is awaitable: no thread is held while the actor generates.
+        return _generations(await self._call(prompts, params))
+
+    def shutdown(self) -> None:
+        """Kill the actor (and free its GPU); the engine is unusable afterwards."""
+        ray.kill(self.actor)
+
+
+def remote_engine(model_dir: str | PathLike, engine: str, *, batch_size: int, dtype: str,
+                  num_gpus: float = 0) -> RemoteEngine:
+    """Start a `RolloutWorker` actor running engine `engine` on `model_dir` and wait until it is built.
+
+    Waiting here turns a worker that cannot start (no vLLM in its image, no GPU, a bad checkpoint)
+    into one clear error now, instead of every eval item failing with it later. Ray must be started
+    (`evr1.train.ray_utils.ensure_ray`).
+    """
+    # Imported here: the worker module imports torch, which a caller holding only the handle never needs.
+    from evr1.train.rollout_worker import RolloutWorker
+
+    actor_cls = ray.remote(num_cpus=0, num_gpus=num_gpus)(RolloutWorker)
+    actor = actor_cls.remote(str(model_dir), engine, {"batch_size": batch_size, "dtype": dtype})
+    try:
+        ray.get(actor.__ray_ready__.remote())
+    except BaseException:
+        ray.kill(actor)
+        raise
+    return RemoteEngine(actor)

@@ -1,0 +1,89 @@
+"""evaluate(): the run's prompt template reaches the eval prompts, the in-process HF engine runs end to
+end, and any other engine is built in a Ray actor, never in this process.
+
+Items are text-only numerical questions so no frames are needed; the model is a tiny random-weight
+Qwen2.5-VL built offline.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import ray
+
+from evr1 import prompts
+from evr1.config import Config
+from evr1.engines import EngineBase, Generation
+from evr1.eval import get_benchmark
+from evr1.eval.evaluate import evaluate
+from evr1.models import make_tiny
+
+CANARY = "ZEBRA-CANARY-7731"
+ITEMS = [{"id": f"t{i}", "problem": f"What is {i} + 2?", "problem_type": "numerical", "answer": str(i + 2)}
+         for i in range(3)]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return make_tiny("qwen2_5_vl", tmp_path_factory.mktemp("eval_model") / "m", seed=1)
+
+
+def config(tmp_path, **sections) -> Config:
+    base = {"run": {"root": str(tmp_path), "name": "t"}, "data": {"synth": {}},
+            "model": {"tiny": {"family": "qwen2_5_vl"}},
+            "eval": {"max_new_tokens": 4, "batch_size": 2, "concurrency": 2, "timeout_s": 120}}
+    for key, value in sections.items():
+        base[key] = {**base.get(key, {}), **value}
+    return Config(**base)
+
+
+class RecordingEngine(EngineBase):
+    """Keeps every prompt text it is given and answers each with the right answer for item t0 (2)."""
+
+    def __init__(self):
+        self.texts: list[str] = []
+
+    def generate(self, prompts, params):
+        self.texts += [p.text for p in prompts]
+        return [[Generation(token_ids=[], text="<answer>2</answer>", finish_reason="stop")] for _ in prompts]
+
+
+def test_the_runs_prompt_template_is_used_for_eval(tmp_path, model_dir):
+    template = tmp_path / "custom.jinja"
+    template.write_text(CANARY + " answers: {{ problem }}\nPut the number in <answer></answer>.")
+    bench = get_benchmark("heldout")
+    engine = RecordingEngine()
+    summary = evaluate(config(tmp_path, rollout={"template": str(template)}), bench, ITEMS, model_dir=model_dir,
+                       frames_uri=None, out_dir=tmp_path / "out", engine=engine)
+    assert len(engine.texts) == 3 and all(CANARY in t for t in engine.texts)
+    # The same text training renders for the item (evr1.train.prompt_source calls this renderer).
+    for item in ITEMS:
+        assert prompts.render(item, template=str(template)) in "\n".join(engine.texts)
+    assert summary.scored == 3 and summary.score == pytest.approx(1 / 3)  # only t0's answer is 2
+
+    default = RecordingEngine()
+    evaluate(config(tmp_path), bench, ITEMS, model_dir=model_dir, frames_uri=None, out_dir=tmp_path / "out2",
+             engine=default)
+    assert len(default.texts) == 3 and not any(CANARY in t for t in default.texts)
+
+
+def test_in_process_hf_engine_end_to_end(tmp_path, model_dir):
+    cfg = config(tmp_path, trainer={"device": "cpu"})
+    summary = evaluate(cfg, get_benchmark("heldout"), ITEMS, model_dir=model_dir, frames_uri=None,
+                       out_dir=tmp_path / "out")
+    assert summary.items == 3 and summary.failed == 0 and summary.scored == 3
+    folder = tmp_path / "out" / "heldout"
+    lines = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["id"] for r in lines) == ["t0", "t1", "t2"] and all("output" in r for r in lines)
+    assert json.loads((folder / "summary.json").read_text())["scored"] == 3
+
+
+def test_other_engines_are_built_in_a_ray_actor(tmp_path, model_dir):
+    # There is no vLLM here. Built in this process, the vllm engine would fail with a
+    # ModuleNotFoundError raised here; built in the rollout actor, its constructor fails there and
+    # the error comes back through Ray before any item runs.
+    cfg = config(tmp_path, rollout={"engine": "vllm"}, orchestration={"ray_num_cpus": 2, "ray_object_store_mb": 128})
+    with pytest.raises(ray.exceptions.RayError, match="vllm"):
+        evaluate(cfg, get_benchmark("heldout"), ITEMS, model_dir=model_dir, frames_uri=None, out_dir=tmp_path / "out")
+    assert not (tmp_path / "out" / "heldout" / "results.jsonl").exists()  # no item ran, none was failed
