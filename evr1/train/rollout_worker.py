@@ -18,8 +18,9 @@ class RolloutWorker:
     def __init__(self, model_dir: str, engine: str, options: dict):
         torch.set_num_threads(max(1, options.get("threads", os.cpu_count() or 1)))
         self.adapter = load_adapter(model_dir)
+        # `device` None: the GPU Ray gave this actor if any, else the CPU.
         self.engine = make_engine(engine, model_dir=model_dir, batch_size=options["batch_size"],
-                                  dtype=options.get("dtype", "float32"))
+                                  dtype=options.get("dtype", "float32"), device=options.get("device"))
 
     def generate(self, prompts: list, params: dict) -> list[list[dict]]:
         outs = self.engine.generate(prompts, SamplingParams(**params))
