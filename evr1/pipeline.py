@@ -204,8 +204,16 @@ def stage_cache(cfg: Config, samples: StageResult, model: StageResult, *, run_ke
         metrics = {"requested": rep.requested, "unique": rep.unique, "hits": rep.hits, "decoded": rep.decoded,
                    "failed": rep.failed, "seconds": rep.seconds}
         tr.log_metrics(metrics)
+        # Samples whose media cannot be decoded: training and eval leave them out (and say so)
+        # instead of failing on them mid-run. The reasons are in the cache_rejects table.
+        undecodable = sorted({r["record_id"] for r in rep.rejects})
+        excluded = p["lance"] / "cache_undecodable.json"
+        excluded.write_text(json.dumps(undecodable))
+        if undecodable:
+            tr.log_dict({"record_ids": undecodable, "rejects": rep.rejects}, "cache_rejects.json")
     return StageResult(stage="cache", uri=frames_uri, version=rep.version,
-                       content_hash=_hash(samples.content_hash, params.__dict__), metrics=metrics)
+                       content_hash=_hash(samples.content_hash, params.__dict__, undecodable), metrics=metrics,
+                       extra={"undecodable": str(excluded)})
 
 
 def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: StageResult, *,
@@ -216,10 +224,11 @@ def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: S
 
     p = run_paths(cfg)
     fingerprint = training_fingerprint(cfg, samples, frames, model)
-    rows = read_samples(samples.uri, split="train")
+    undecodable = set(json.loads(Path(frames.extra["undecodable"]).read_text())) if frames.extra.get("undecodable") else set()
+    rows = [r for r in read_samples(samples.uri, split="train") if r["sample_id"] not in undecodable]
     val_rows = read_samples(samples.uri, split="heldout") if cfg.trainer.val_every else None
     tr = tracker(cfg, run_key)
-    with tr.stage("train", params={"samples": len(rows)}):
+    with tr.stage("train", params={"samples": len(rows), "excluded_undecodable": len(undecodable)}):
         result = train(cfg, samples=rows, frames_uri=frames.uri or None, model_dir=Path(model.uri),
                        out_dir=p["checkpoints"] / fingerprint, log_metrics=lambda m, s: tr.log_metrics(m, step=s),
                        val_samples=val_rows)

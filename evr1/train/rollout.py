@@ -14,9 +14,11 @@ import ray
 import torch
 
 from evr1 import rl
+from evr1.cache import CacheMiss
 from evr1.config import Config
 from evr1.data.ingest import reward_sample
 from evr1.train.prompt_source import PromptSource, encode_sample
+from evr1.video.errors import MediaDecodeError
 
 
 @dataclass
@@ -61,11 +63,30 @@ def _sampling(cfg: Config, seed: int, *, greedy: bool = False) -> dict:
             "top_k": max(ro.top_k, 0), "seed": seed}
 
 
+def draw_encoded(cfg: Config, source: PromptSource, adapter, reader, size: int, metrics: dict) -> tuple[list, list]:
+    """`size` samples with their encoded prompts; a sample whose media cannot be read is skipped, counted
+    in `data/skipped_samples`, and replaced by the next one, so one bad file never stops training."""
+    ro = cfg.rollout
+    batch, prompts, skipped = [], [], 0
+    while len(batch) < size:
+        sample = source.next_batch(1)[0]
+        try:
+            prompts.append(encode_sample(sample, adapter, reader, template=ro.template, thinking=ro.thinking))
+        except (MediaDecodeError, CacheMiss) as e:
+            skipped += 1
+            if skipped > max(10, 2 * size):
+                raise RuntimeError(f"training: {skipped} samples could not be read while filling one batch of "
+                                   f"{size}; the last, {sample['sample_id']}: {e}") from e
+            continue
+        batch.append(sample)
+    metrics["data/skipped_samples"] = metrics.get("data/skipped_samples", 0.0) + skipped
+    return batch, prompts
+
+
 def _draw(cfg: Config, rollout_actor, source: PromptSource, adapter, reader, score: Scorer, *, seed: int,
           first_group: int, metrics: dict) -> Rollout:
     ro = cfg.rollout
-    batch = source.next_batch(cfg.trainer.prompts_per_step)
-    prompts = [encode_sample(s, adapter, reader, template=ro.template, thinking=ro.thinking) for s in batch]
+    batch, prompts = draw_encoded(cfg, source, adapter, reader, cfg.trainer.prompts_per_step, metrics)
     groups_out = ray.get(rollout_actor.generate.remote(prompts, _sampling(cfg, seed)))
     out = Rollout()
     samples = []

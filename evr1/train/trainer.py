@@ -26,7 +26,9 @@ from evr1.train import checkpoint as ckpt_io
 from evr1.train.policy_worker import PolicyWorker, Shard
 from evr1.train.prompt_source import Cursor, PromptSource, encode_sample
 from evr1.train.ray_utils import ensure_ray
-from evr1.train.rollout import Rollout, collect
+from evr1.cache import CacheMiss
+from evr1.train.rollout import Rollout, collect, draw_encoded
+from evr1.video.errors import MediaDecodeError
 from evr1.train.rollout_worker import RolloutWorker
 from evr1.train.schedule import lr_at
 
@@ -177,7 +179,7 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
                 ckpt_io.prune(out_dir, t.keep_last)
         final = ckpt_io.latest_checkpoint(out_dir)
         if not (final / "probe.pt").exists():
-            _write_probe(cluster, source.samples[0], adapter, reader, cfg, final)
+            _write_probe(cluster, source.samples, adapter, reader, cfg, final)
     finally:
         cluster.shutdown()
     return TrainResult(checkpoint=final, steps=step, history=history)
@@ -279,8 +281,15 @@ def _reward_metrics(r: Rollout) -> dict[str, float]:
 def validate(cfg: Config, cluster: _Cluster, samples: list[dict], adapter, reader, score) -> dict[str, float]:
     """Greedy answers on (up to `val_limit`) held-out samples from the current rollout weights."""
     ro = cfg.rollout
-    chosen = samples[: cfg.trainer.val_limit]
-    prompts = [encode_sample(s, adapter, reader, template=ro.template, thinking=ro.thinking) for s in chosen]
+    chosen, prompts = [], []
+    for s in samples[: cfg.trainer.val_limit]:
+        try:
+            prompts.append(encode_sample(s, adapter, reader, template=ro.template, thinking=ro.thinking))
+            chosen.append(s)
+        except (MediaDecodeError, CacheMiss):
+            continue  # unreadable media: left out of validation (the cache stage lists them)
+    if not chosen:
+        return {}
     outs = ray.get(cluster.rollout.generate.remote(prompts, {"n": 1, "max_new_tokens": ro.max_new_tokens,
                                                              "temperature": 0.0, "seed": cfg.run.seed}))
     scores, _ = score([o[0]["text"] for o in outs], [reward_sample(s) for s in chosen])
@@ -317,8 +326,7 @@ def _warmup(cfg: Config, cluster: _Cluster, samples: list[dict], adapter, reader
     size = t.prompts_per_step * ro.n
     eos = adapter.eos_token_ids[:1]
     for step in range(1, t.warmup_sft_steps + 1):
-        batch = source.next_batch(size)
-        prompts = [encode_sample(s, adapter, reader, template=ro.template, thinking=ro.thinking) for s in batch]
+        batch, prompts = draw_encoded(cfg, source, adapter, reader, size, {})
         targets = [adapter.tokenizer.encode(f"<answer>{s['answer']}</answer>", add_special_tokens=False) + eos
                    for s in batch]
         shards = _shards(t.world_size, prompts, targets, [[] for _ in targets])
@@ -342,9 +350,18 @@ def _save(cluster: _Cluster, out_dir: Path, step: int, source: PromptSource, his
     return final
 
 
-def _write_probe(cluster: _Cluster, sample: dict, adapter, reader, cfg, ckpt: Path) -> None:
-    """Logits of the final weights on a fixed input, kept with the checkpoint so merge can verify itself."""
-    prompt = encode_sample(sample, adapter, reader, template=cfg.rollout.template, thinking=cfg.rollout.thinking)
+def _write_probe(cluster: _Cluster, samples: list[dict], adapter, reader, cfg, ckpt: Path) -> None:
+    """Logits of the final weights on a fixed input (the first readable sample), kept with the
+    checkpoint so merge can verify itself."""
+    ro = cfg.rollout
+    for sample in samples:
+        try:
+            prompt = encode_sample(sample, adapter, reader, template=ro.template, thinking=ro.thinking)
+            break
+        except (MediaDecodeError, CacheMiss):
+            continue
+    else:
+        return
     response = adapter.tokenizer.encode("<answer>A</answer>", add_special_tokens=False)
     probe = ray.get(cluster.rollout.probe_logits.remote(prompt, response))
     torch.save(probe, ckpt / "probe.pt")
