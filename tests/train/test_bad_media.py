@@ -15,12 +15,18 @@ from evr1.train.trainer import train
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
-def test_undecodable_video_is_excluded_from_training(tmp_path):
+def _broken_dataset(tmp_path: Path):
+    """6 training videos, the first truncated: the file exists, its stream does not decode."""
     rep = make_synthetic(tmp_path / "synth", 8, seed=2, heldout=2, image_fraction=0.0)
     records = [json.loads(line) for line in Path(rep.train_path).read_text().splitlines()]
     broken = tmp_path / "synth" / records[0]["videos"][0]
-    broken.write_bytes(broken.read_bytes()[:200])  # truncated: the file exists, the stream does not decode
+    broken.write_bytes(broken.read_bytes()[:200])
+    return rep, broken
+
+
+@pytest.mark.slow
+def test_undecodable_video_is_excluded_from_training(tmp_path):
+    rep, broken = _broken_dataset(tmp_path)
     cfg = load_config(ROOT / "conf/tiny.yaml", [
         f"run.root={tmp_path}", "run.name=bad", "tracking.enabled=false", "cache.workers=0",
         f'data={{"train_files": ["{rep.train_path}"], "data_root": "{tmp_path / "synth"}"}}',
@@ -39,10 +45,7 @@ def test_undecodable_video_is_excluded_from_training(tmp_path):
 
 @pytest.mark.slow
 def test_without_the_cache_an_unreadable_sample_is_skipped_while_drawing(tmp_path):
-    rep = make_synthetic(tmp_path / "synth", 8, seed=2, heldout=2, image_fraction=0.0)
-    records = [json.loads(line) for line in Path(rep.train_path).read_text().splitlines()]
-    broken = tmp_path / "synth" / records[0]["videos"][0]
-    broken.write_bytes(broken.read_bytes()[:200])
+    rep, _ = _broken_dataset(tmp_path)
     cfg = load_config(ROOT / "conf/tiny.yaml", [
         f"run.root={tmp_path}", "run.name=bad2", "tracking.enabled=false", "cache.enabled=false",
         f'data={{"train_files": ["{rep.train_path}"], "data_root": "{tmp_path / "synth"}"}}',

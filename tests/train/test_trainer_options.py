@@ -2,7 +2,6 @@
 greedy baseline, KL in the reward with the adaptive controller, GDPO, DAPO dynamic sampling and
 overlong shaping, the LR warm-up, and periodic validation."""
 
-import json
 from pathlib import Path
 
 import pytest
@@ -10,35 +9,16 @@ import pytest
 from evr1 import pipeline
 from evr1.config import load_config
 from evr1.data.ingest import read_samples
-from evr1.data.synth import make_synthetic
 from evr1.train.trainer import train
+from tests.train.conftest import letter_density_data, letter_density_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
-
-PLUGIN = '''
-from evr1.rewards import FamilyResult, register
-
-@register("letter density")
-def letter_density(text, sample):
-    letters = [c for c in text if not c.isspace()]
-    return FamilyResult(sum(c == sample["answer"] for c in letters) / max(len(letters), 1), True)
-'''
-
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("options")
-    (tmp / "plugin.py").write_text(PLUGIN)
-    rep = make_synthetic(tmp / "synth", 10, seed=5, heldout=2)
-    records = [json.loads(line) for line in Path(rep.train_path).read_text().splitlines()]
-    for r in records:
-        r.update(problem_type="letter density", answer="e")
-        r.pop("options", None)
-    data = tmp / "train.jsonl"
-    data.write_text("\n".join(json.dumps(r) for r in records) + "\n")
     base = [f"run.root={tmp}", "run.name=options", "tracking.enabled=false", "cache.workers=0",
-            f'data={{"train_files": ["{data}"], "eval_files": ["{rep.heldout_path}"], "data_root": "{tmp / "synth"}"}}',
-            f"reward.families=['{tmp / 'plugin.py'}:letter_density']", "model.tiny.family=qwen2_5_vl",
+            *letter_density_overrides(letter_density_data(tmp)), "model.tiny.family=qwen2_5_vl",
             "trainer.warmup_sft_steps=0", "trainer.prompts_per_step=2", "rollout.n=2", "trainer.world_size=2",
             "trainer.micro_batch_size=4", "rollout.max_new_tokens=8", "trainer.save_every=0"]
     cfg = load_config(ROOT / "conf/tiny.yaml", base)
