@@ -140,7 +140,7 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
           log_metrics: Callable[[dict, int], None] = lambda m, s: None,
           val_samples: list[dict] | None = None) -> TrainResult:
     """Run `cfg.trainer.steps` GRPO steps from `model_dir`; resume from `out_dir` when it holds a checkpoint."""
-    t, ro = cfg.trainer, cfg.rollout
+    t = cfg.trainer
     out_dir.mkdir(parents=True, exist_ok=True)
     ensure_ray(cfg.orchestration.ray_address, num_cpus=cfg.orchestration.ray_num_cpus,
                object_store_mb=cfg.orchestration.ray_object_store_mb)
