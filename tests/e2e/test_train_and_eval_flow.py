@@ -126,3 +126,17 @@ def test_train_and_eval_flow_end_to_end(tmp_path, prefect_harness, monkeypatch):
         ["eval/results.jsonl", "eval/table.md"]
     versions = client.search_model_versions(f"name = '{cfg.tracking.register_model}'")
     assert len(versions) == 1
+
+    # Prefect: the eval table and the ingest report are artifacts a person can open in the UI.
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as prefect:
+        arts = prefect.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["eval-heldout",
+                                                                                               "ingest-report"])))
+    by_key = {a.key: a for a in arts}
+    assert set(by_key) == {"eval-heldout", "ingest-report"}
+    table = by_key["eval-heldout"].data
+    table = json.loads(table) if isinstance(table, str) else table
+    assert table[-1]["group"] == "all" and table[-1]["items"] == 4
+    assert "4 rejected" in by_key["ingest-report"].data
