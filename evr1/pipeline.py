@@ -207,13 +207,13 @@ def stage_cache(cfg: Config, samples: StageResult, model: StageResult, *, run_ke
         # Samples whose media cannot be decoded: training and eval leave them out (and say so)
         # instead of failing on them mid-run. The reasons are in the cache_rejects table.
         undecodable = sorted({r["record_id"] for r in rep.rejects})
-        excluded = p["lance"] / "cache_undecodable.json"
+        content_hash = _hash(samples.content_hash, params.__dict__, undecodable)
+        excluded = p["lance"] / f"cache_undecodable-{content_hash}.json"  # immutable once written
         excluded.write_text(json.dumps(undecodable))
         if undecodable:
             tr.log_dict({"record_ids": undecodable, "rejects": rep.rejects}, "cache_rejects.json")
-    return StageResult(stage="cache", uri=frames_uri, version=rep.version,
-                       content_hash=_hash(samples.content_hash, params.__dict__, undecodable), metrics=metrics,
-                       extra={"undecodable": str(excluded)})
+    return StageResult(stage="cache", uri=frames_uri, version=rep.version, content_hash=content_hash,
+                       metrics=metrics, extra={"undecodable": str(excluded)})
 
 
 def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: StageResult, *,
@@ -224,7 +224,8 @@ def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: S
 
     p = run_paths(cfg)
     fingerprint = training_fingerprint(cfg, samples, frames, model)
-    undecodable = set(json.loads(Path(frames.extra["undecodable"]).read_text())) if frames.extra.get("undecodable") else set()
+    listed = frames.extra.get("undecodable")
+    undecodable = set(json.loads(Path(listed).read_text())) if listed else set()
     rows = [r for r in read_samples(samples.uri, split="train") if r["sample_id"] not in undecodable]
     val_rows = read_samples(samples.uri, split="heldout") if cfg.trainer.val_every else None
     tr = tracker(cfg, run_key)
