@@ -51,7 +51,8 @@ def test_train_and_eval_flow_end_to_end(tmp_path, prefect_harness, monkeypatch):
     train_file, heldout_file, data_root = _dataset_with_bad_records(tmp_path)
     data = f'data={{"train_files": ["{train_file}"], "eval_files": ["{heldout_file}"], "data_root": "{data_root}"}}'
     overrides = [*OVERRIDES, f"run.root={tmp_path}", "run.name=e2e", data]
-    results = train_and_eval("conf/tiny.yaml", overrides)
+    state = train_and_eval("conf/tiny.yaml", overrides, return_state=True)
+    results = state.result()
     cfg = load_config(ROOT / "conf/tiny.yaml", overrides)
     run_dir = tmp_path / "e2e"
 
@@ -129,12 +130,13 @@ def test_train_and_eval_flow_end_to_end(tmp_path, prefect_harness, monkeypatch):
 
     # Prefect: the eval table and the ingest report are artifacts a person can open in the UI.
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
+    # Only this flow run's artifacts: other tests share the session's Prefect harness.
     with get_client(sync_client=True) as prefect:
-        arts = prefect.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["eval-heldout",
-                                                                                               "ingest-report"])))
-    by_key = {a.key: a for a in arts}
+        this_run = ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])
+        arts = prefect.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=this_run))
+    by_key = {a.key: a for a in arts if a.key}  # (Prefect adds unkeyed result artifacts too)
     assert set(by_key) == {"eval-heldout", "ingest-report"}
     table = by_key["eval-heldout"].data
     table = json.loads(table) if isinstance(table, str) else table
