@@ -9,7 +9,7 @@ still gets the right inputs.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from os import PathLike
 from pathlib import Path
 from typing import Any, Mapping
@@ -45,70 +45,39 @@ class Family:
         return self.patch_size * self.merge_size
 
 
-FAMILIES: dict[str, Family] = {
-    "qwen2_vl": Family(
-        name="qwen2_vl",
-        model_types=("qwen2_vl",),
-        model_class="Qwen2VLForConditionalGeneration",
-        config_class="Qwen2VLConfig",
-        processor_class="Qwen2VLProcessor",
-        video_processor_type="Qwen2VLVideoProcessor",
-        patch_size=14,
-        merge_size=2,
-        temporal_patch_size=2,
-        image_mean=CLIP_MEAN,
-        image_std=CLIP_STD,
-        timestamps=False,
-        second_per_grid_ts=False,
-    ),
-    "qwen2_5_vl": Family(
-        name="qwen2_5_vl",
-        model_types=("qwen2_5_vl",),
-        model_class="Qwen2_5_VLForConditionalGeneration",
-        config_class="Qwen2_5_VLConfig",
-        processor_class="Qwen2_5_VLProcessor",
-        video_processor_type="Qwen2VLVideoProcessor",
-        patch_size=14,
-        merge_size=2,
-        temporal_patch_size=2,
-        image_mean=CLIP_MEAN,
-        image_std=CLIP_STD,
-        timestamps=False,
-        second_per_grid_ts=True,
-    ),
-    "qwen3_vl": Family(
-        name="qwen3_vl",
-        model_types=("qwen3_vl", "qwen3_vl_moe"),
-        model_class="Qwen3VLForConditionalGeneration",
-        config_class="Qwen3VLConfig",
-        processor_class="Qwen3VLProcessor",
-        video_processor_type="Qwen3VLVideoProcessor",
-        patch_size=16,
-        merge_size=2,
-        temporal_patch_size=2,
-        image_mean=HALF,
-        image_std=HALF,
-        timestamps=True,
-        second_per_grid_ts=False,
-    ),
-    # Qwen3.5 reuses Qwen3-VL's vision tower, processor and timestamp layout (transformers maps it to
-    # Qwen3VLProcessor); its decoder is a hybrid of linear (gated delta net) and full attention.
-    "qwen3_5": Family(
-        name="qwen3_5",
-        model_types=("qwen3_5", "qwen3_5_moe"),
-        model_class="Qwen3_5ForConditionalGeneration",
-        config_class="Qwen3_5Config",
-        processor_class="Qwen3VLProcessor",
-        video_processor_type="Qwen3VLVideoProcessor",
-        patch_size=16,
-        merge_size=2,
-        temporal_patch_size=2,
-        image_mean=HALF,
-        image_std=HALF,
-        timestamps=True,
-        second_per_grid_ts=False,
-    ),
-}
+_QWEN2_VL = Family(
+    name="qwen2_vl",
+    model_types=("qwen2_vl",),
+    model_class="Qwen2VLForConditionalGeneration",
+    config_class="Qwen2VLConfig",
+    processor_class="Qwen2VLProcessor",
+    video_processor_type="Qwen2VLVideoProcessor",
+    patch_size=14,
+    merge_size=2,
+    temporal_patch_size=2,
+    image_mean=CLIP_MEAN,
+    image_std=CLIP_STD,
+    timestamps=False,
+    second_per_grid_ts=False,
+)
+# Each later family lists only what it changes.
+_QWEN2_5_VL = replace(
+    _QWEN2_VL, name="qwen2_5_vl", model_types=("qwen2_5_vl",), model_class="Qwen2_5_VLForConditionalGeneration",
+    config_class="Qwen2_5_VLConfig", processor_class="Qwen2_5_VLProcessor", second_per_grid_ts=True,
+)
+_QWEN3_VL = replace(
+    _QWEN2_VL, name="qwen3_vl", model_types=("qwen3_vl", "qwen3_vl_moe"), model_class="Qwen3VLForConditionalGeneration",
+    config_class="Qwen3VLConfig", processor_class="Qwen3VLProcessor", video_processor_type="Qwen3VLVideoProcessor",
+    patch_size=16, image_mean=HALF, image_std=HALF, timestamps=True,
+)
+# Qwen3.5 reuses Qwen3-VL's vision tower, processor and timestamp layout (transformers maps it to
+# Qwen3VLProcessor); its decoder is a hybrid of linear (gated delta net) and full attention.
+_QWEN3_5 = replace(
+    _QWEN3_VL, name="qwen3_5", model_types=("qwen3_5", "qwen3_5_moe"), model_class="Qwen3_5ForConditionalGeneration",
+    config_class="Qwen3_5Config",
+)
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (_QWEN2_VL, _QWEN2_5_VL, _QWEN3_VL, _QWEN3_5)}
 
 _BY_MODEL_TYPE = {mt: fam for fam in FAMILIES.values() for mt in fam.model_types}
 
