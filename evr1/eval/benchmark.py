@@ -1,10 +1,28 @@
-"""The benchmark registry: one declarative definition per benchmark; adding one touches one place."""
+"""The benchmark registry: one declarative definition per benchmark; adding one touches one place.
+
+A `Benchmark` says where its data lives (annotation files, video root), how to read each format it
+comes in, how to ask (prompt per profile, model family and thinking switch), how to score one answer
+per scoring profile, and how to aggregate with the benchmark's official metric. Definitions live in
+`evr1/eval/benchmarks/<name>.py`, one module each, imported by `load_all()`.
+
+Scoring profiles: `official` (the benchmark's own rules, with the reference document's bugs fixed,
+each deviation listed in `deviations`) and `easyvideor1` (EasyVideoR1's single extractor, scorer and
+aggregation, for side-by-side comparison with its published numbers).
+"""
 
 from __future__ import annotations
 
+import importlib
+import json
+import pkgutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
+
+from evr1.eval.items import ItemError, normalise, unique_ids
+
+PROFILES = ("official", "easyvideor1")
 
 
 @dataclass(frozen=True)
@@ -16,39 +34,181 @@ class Prompted:
     images: Sequence[str] = ()
 
 
-class PromptFn(Protocol):
-    """(item, thinking, template=…) → prompt text and media.
+@dataclass(frozen=True)
+class PromptContext:
+    """How to ask: the scoring profile's prompt style, the model family's style, thinking, subtitles.
 
-    `template` is the run's `rollout.template` (a .jinja path or template text; None: the built-in
-    one), so the held-out split is evaluated with exactly the prompt training used.
+    `family` is "qwen3" (Qwen3-VL, Qwen3.5) or "qwen25" (Qwen2-VL, Qwen2.5-VL); `subtitles` is the
+    subtitle text to include (None: none); `template` is the run's `rollout.template` (held-out split).
     """
 
-    def __call__(self, item: Mapping, thinking: bool, *, template: str | None = None) -> Prompted: ...
+    profile: str = "official"
+    family: str = "qwen3"
+    thinking: bool = False
+    subtitles: str | None = None
+    template: str | None = None
+
+
+class PromptFn(Protocol):
+    def __call__(self, item: Mapping[str, Any], ctx: PromptContext) -> str: ...
+
+
+ItemScorer = Callable[[str, Mapping[str, Any]], dict[str, Any]]  # (output, item) → {"score": …, "pred": …}
+
+
+@dataclass(frozen=True)
+class Report:
+    """A benchmark's aggregate: the headline metric, its value in [0, 1] and the breakdowns."""
+
+    metric: str
+    value: float
+    parts: dict[str, float] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+Aggregate = Callable[[Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]], Report]  # [(item, result)] → Report
+
+
+def _never(item: Mapping[str, Any]) -> bool:
+    return False
 
 
 @dataclass(frozen=True)
 class Benchmark:
-    name: str
-    load: Callable[..., list[dict]]                 # source → items (each with a unique "id")
-    prompt: PromptFn                                # (item, thinking, *, template=None) → prompt text and media
-    score: Callable[[str, Mapping], dict[str, float]]  # (model output, item) → {"score": …, …}
-    group_key: Callable[[Mapping], str] = lambda item: str(item.get("problem_type", "all"))
-    metric: str = "accuracy"
+    name: str                                       # registry key: the annotation file's stem
+    title: str
+    prompt: PromptFn                                # the official prompt (the easyvideor1 one is shared)
+    score: ItemScorer                               # the official per-item scorer
+    aggregate: Aggregate                            # the official metric with its breakdowns
+    files: tuple[str, ...] = ()                     # annotation files in EasyVideoR1's schema (first found wins)
+    video_root: str = ""                            # folder under `eval.data_dir` that holds the videos
+    official_format: Callable[[Path], list[dict]] | None = None  # the benchmark's own release → records
+    expected_items: int | None = None               # items in the shared annotation file
+    group_key: Callable[[Mapping[str, Any]], str] = lambda item: str(item.get("problem_type", "all"))
+    needs_judge: Callable[[Mapping[str, Any]], bool] = _never  # items the LLM judge decides
+    subtitles: Callable[[Mapping[str, Any], Path], str | None] | None = None  # (item, video root) → text
+    aliases: tuple[str, ...] = ()                   # other registry names (e.g. a duplicate file's stem)
+    id_fields: tuple[str, ...] = ("problem_id",)     # record fields that together name an item
+    reference: str | None = None                    # row key in evr1.eval.reference
+    deviations: tuple[str, ...] = ()                # where `official` departs from the official code, and why
     description: str = ""
+    oracle: Callable[[Mapping[str, Any]], str] = lambda item: str(item["gt"])  # a correct answer, in the expected form
+    load_fn: Callable[..., list[dict]] | None = None  # custom loader (the held-out split)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    # ---- data ---------------------------------------------------------------------------------
+    def item(self, record: Mapping[str, Any], index: int | None = None) -> dict[str, Any]:
+        """One record (as in the file, or already an item) → the canonical item."""
+        return normalise(record, benchmark=self.name, index=index, id_fields=self.id_fields)
+
+    def load(self, source: str | Path | None = None, *, annotations_dir: str | Path | None = None,
+             fmt: str = "auto") -> list[dict[str, Any]]:
+        """Items from `source` (a file, or a folder for the official format), else the first of
+        `files` found in `annotations_dir`. `fmt`: "evr", "official" or "auto" (by content)."""
+        if self.load_fn is not None:
+            return self.load_fn(source)
+        path = Path(source) if source is not None else self.find(annotations_dir)
+        if fmt == "auto":
+            fmt = "evr" if looks_like_evr(path) else "official"
+        if fmt == "official":
+            if self.official_format is None:
+                raise ValueError(f"{self.name}: {path} is not in EasyVideoR1's schema and this benchmark has no other format")
+            records = self.official_format(path)
+        elif fmt == "evr":
+            records = read_records(path)
+        else:
+            raise ValueError(f"{self.name}: unknown annotation format {fmt!r} (evr, official, auto)")
+        return unique_ids([self.item(r, i) for i, r in enumerate(records)], benchmark=self.name)
+
+    def find(self, annotations_dir: str | Path | None) -> Path:
+        if annotations_dir is None:
+            raise ValueError(f"{self.name}: no annotation file given and no eval.annotations_dir set")
+        for name in self.files:
+            if (Path(annotations_dir) / name).is_file():
+                return Path(annotations_dir) / name
+        raise FileNotFoundError(f"{self.name}: none of {list(self.files)} in {annotations_dir}")
+
+    # ---- asking and scoring -------------------------------------------------------------------
+    def prompted(self, item: Mapping[str, Any], ctx: PromptContext) -> Prompted:
+        """The prompt and media paths (relative to the video root) for one item under `ctx`."""
+        from evr1.eval.profiles import prompt_for
+
+        text = prompt_for(self, item, ctx)
+        videos = tuple(item.get("videos") or ((item["video"],) if item.get("video") else ()))
+        images = tuple(item.get("images") or ((item["image"],) if item.get("image") else ()))
+        return Prompted(text=text, videos=videos, images=images)
+
+    def score_item(self, output: str, item: Mapping[str, Any], profile: str = "official") -> dict[str, Any]:
+        from evr1.eval.profiles import scorer_for
+
+        return scorer_for(self, profile)(output, item)
+
+    def report(self, pairs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]], profile: str = "official") -> Report:
+        from evr1.eval.profiles import aggregate_for
+
+        return aggregate_for(self, profile)(pairs)
+
+
+def read_records(path: Path) -> list[dict]:
+    """A JSON array or a JSONL file of records."""
+    text = Path(path).read_text(encoding="utf-8")
+    if Path(path).suffix == ".jsonl":
+        out = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ItemError(f"{path}: line {n} is not JSON: {e}") from None
+        return out
+    data = json.loads(text)
+    if not isinstance(data, list):
+        raise ItemError(f"{path}: expected a JSON array of records, got {type(data).__name__}")
+    return data
+
+
+def looks_like_evr(path: Path) -> bool:
+    """True for a file of records in EasyVideoR1's schema (`problem`, `solution`, `problem_type`)."""
+    if Path(path).is_dir() or Path(path).suffix not in (".json", ".jsonl"):
+        return False
+    try:
+        records = read_records(path)
+    except (ItemError, json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    return bool(records) and isinstance(records[0], dict) and {"problem", "solution", "problem_type"} <= set(records[0])
 
 
 BENCHMARKS: dict[str, Benchmark] = {}
 
 
 def register_benchmark(bench: Benchmark) -> Benchmark:
-    if bench.name in BENCHMARKS:
-        raise ValueError(f"benchmark {bench.name!r} is already registered")
-    BENCHMARKS[bench.name] = bench
+    """Add `bench` under its name and aliases; a name taken twice is an error."""
+    for name in (bench.name, *bench.aliases):
+        if name in BENCHMARKS:
+            raise ValueError(f"benchmark {name!r} is already registered")
+    for name in (bench.name, *bench.aliases):
+        BENCHMARKS[name] = bench
     return bench
 
 
+_loaded = False
+
+
+def load_all() -> None:
+    """Import every module of `evr1.eval.benchmarks` (each registers its definitions)."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    import evr1.eval.benchmarks as pkg
+
+    for mod in pkgutil.iter_modules(pkg.__path__):
+        if not mod.name.startswith("_"):
+            importlib.import_module(f"{pkg.__name__}.{mod.name}")
+
+
 def get_benchmark(name: str) -> Benchmark:
+    load_all()
     try:
         return BENCHMARKS[name]
     except KeyError:

@@ -1,7 +1,7 @@
 """The held-out split of an ingested dataset (e.g. the synthetic one) as a benchmark.
 
 Scored with the same reward library as training (`evr1.rewards`), so a rise in training reward and
-a rise in held-out accuracy mean the same thing.
+a rise in held-out accuracy mean the same thing; asked with the run's own template under any profile.
 """
 
 from __future__ import annotations
@@ -10,17 +10,17 @@ from collections.abc import Mapping
 
 from evr1 import prompts, rewards
 from evr1.data.ingest import read_samples, reward_sample
-from evr1.eval.benchmark import Benchmark, Prompted, register_benchmark
+from evr1.eval.benchmark import Benchmark, PromptContext, register_benchmark
+from evr1.eval.metrics import accuracy
 
 
 def _load(samples_uri: str, *, split: str = "heldout") -> list[dict]:
     return [{**reward_sample(s), "id": s["sample_id"]} for s in read_samples(samples_uri, split=split)]
 
 
-def _prompt(item: Mapping, thinking: bool, *, template: str | None = None) -> Prompted:
+def _prompt(item: Mapping, ctx: PromptContext) -> str:
     """The training prompt for the item: same renderer, same template, same thinking switch."""
-    text = prompts.render(item, template=template, thinking=thinking)
-    return Prompted(text=text, videos=tuple(item.get("videos") or ()), images=tuple(item.get("images") or ()))
+    return prompts.render(item, template=ctx.template, thinking=ctx.thinking)
 
 
 def _score(output: str, item: Mapping) -> dict[str, float]:
@@ -29,6 +29,7 @@ def _score(output: str, item: Mapping) -> dict[str, float]:
 
 
 HELDOUT = register_benchmark(Benchmark(
-    name="heldout", load=_load, prompt=_prompt, score=_score,
+    name="heldout", title="Held-out split", load_fn=_load, prompt=_prompt, score=_score,
+    aggregate=accuracy("problem_type"), extra={"single_profile": True},
     description="The held-out split of the run's own dataset, scored with the training reward's accuracy.",
 ))

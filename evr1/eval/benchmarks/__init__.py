@@ -1,0 +1,1 @@
+"""One module per benchmark (or per family of splits); each registers its definitions on import."""

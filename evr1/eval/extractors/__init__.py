@@ -1,0 +1,1 @@
+"""Answer extractors, one module per lineage of official code (each documents its source and fixes)."""

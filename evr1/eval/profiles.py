@@ -1,0 +1,57 @@
+"""Scoring profiles: which prompt, per-item scorer and aggregation a benchmark runs under.
+
+- `official` (default): the benchmark's own definition. Reasoning blocks are removed from the output
+  before its extractor runs (lmms-eval's default), so thinking and non-thinking runs are scored alike.
+- `easyvideor1`: EasyVideoR1's one prompt builder, extractor, scorer and aggregation for every
+  benchmark (`evr1.eval.easyvideor1`), to compare side by side with its published numbers.
+
+A benchmark with `extra["single_profile"]` (the held-out split) uses its own definition under both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from evr1.eval.benchmark import PROFILES, Aggregate, Benchmark, ItemScorer, PromptContext
+from evr1.eval.prompting import strip_reasoning
+
+
+def _check(profile: str) -> None:
+    if profile not in PROFILES:
+        raise ValueError(f"unknown scoring profile {profile!r}; known: {', '.join(PROFILES)}")
+
+
+def _own(bench: Benchmark, profile: str) -> bool:
+    _check(profile)
+    return profile == "official" or bool(bench.extra.get("single_profile"))
+
+
+def prompt_for(bench: Benchmark, item: Mapping[str, Any], ctx: PromptContext) -> str:
+    if _own(bench, ctx.profile):
+        return bench.prompt(item, ctx)
+    from evr1.eval import easyvideor1
+
+    return easyvideor1.prompt(item, ctx)
+
+
+def scorer_for(bench: Benchmark, profile: str) -> ItemScorer:
+    if _own(bench, profile):
+        if bench.extra.get("single_profile"):
+            return bench.score
+
+        def official(output: str, item: Mapping[str, Any]) -> dict[str, Any]:
+            return bench.score(strip_reasoning(output or ""), item)
+
+        return official
+    from evr1.eval import easyvideor1
+
+    return easyvideor1.score
+
+
+def aggregate_for(bench: Benchmark, profile: str) -> Aggregate:
+    if _own(bench, profile):
+        return bench.aggregate
+    from evr1.eval import easyvideor1
+
+    return easyvideor1.aggregate

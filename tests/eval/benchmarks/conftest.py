@@ -1,0 +1,57 @@
+"""Shared helpers for the per-benchmark tests: the shared annotation folder, and engines that answer
+by item (an oracle that gives the ground truth in the benchmark's expected form, a constant answer),
+run through the real asynchronous runner and the benchmark's official aggregation."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from evr1.engines import SamplingParams
+from evr1.eval import Benchmark, Report, ResultStore, run_items
+
+ANNOTATIONS = Path(__file__).resolve().parents[3].parent / "shared" / "benchmarks" / "annotations"
+
+
+@pytest.fixture(scope="session")
+def annotations() -> Path:
+    """The shared annotation files; tests that need them skip, saying so, where the folder is absent."""
+    if not ANNOTATIONS.is_dir():
+        pytest.skip(f"shared benchmark annotations not found at {ANNOTATIONS}")
+    return ANNOTATIONS
+
+
+class AnswerEngine:
+    """An engine whose "prompt" is the item id and whose answer is `answer(item)` for that item."""
+
+    def __init__(self, items: Sequence[Mapping[str, Any]], answer: Callable[[Mapping[str, Any]], str]):
+        self.by_id = {str(i["id"]): i for i in items}
+        self.answer = answer
+
+    async def agenerate(self, prompts, params):
+        return [[SimpleNamespace(text=self.answer(self.by_id[p]))] for p in prompts]
+
+
+def run_benchmark(bench: Benchmark, items: Sequence[Mapping[str, Any]], answer: Callable[[Mapping[str, Any]], str],
+                  tmp_path: Path, *, profile: str = "official") -> Report:
+    """Every item through the runner (load → generate → score) and the profile's aggregation."""
+    store = ResultStore(tmp_path / f"{bench.name}-{profile}-{id(answer)}.jsonl")
+    summary = asyncio.run(run_items(
+        items, load=lambda item: str(item["id"]), engine=AnswerEngine(items, answer),
+        score=lambda text, item: bench.score_item(text, item, profile), store=store,
+        sampling=SamplingParams(n=1, max_new_tokens=8), concurrency=4, batch_size=16, benchmark=bench.name))
+    assert summary.failed == 0 and summary.scored == len(items)
+    return bench.report([(i, store.results[str(i["id"])]) for i in items], profile)
+
+
+def oracle(bench: Benchmark) -> Callable[[Mapping[str, Any]], str]:
+    return bench.oracle
+
+
+def constant(text: str) -> Callable[[Mapping[str, Any]], str]:
+    return lambda item: text
