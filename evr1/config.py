@@ -236,16 +236,48 @@ class TrainerConfig(Section):
     resume: bool = True
 
 
+class JudgeConfig(Section):
+    """The LLM judge for open-ended items (a second pass after scoring; docs/eval.md)."""
+
+    enabled: bool = False
+    engine: Literal["hf", "vllm"] = "hf"
+    model_path: str | None = None          # None: the evaluated model judges itself (smoke tests only)
+    prompt: str | None = None              # a Jinja2 template (text or .jinja path); None: the built-in one
+    max_new_tokens: int = Field(256, ge=1)
+    temperature: float = Field(0.0, ge=0.0)
+    batch_size: int = Field(8, ge=1)
+
+
 class EvalConfig(Section):
     enabled: bool = True
+    # Registry names (`evr1 benchmarks` lists them); "heldout" is the run's own held-out split.
+    benchmarks: list[str] = ["heldout"]
+    # official: each benchmark's own rules (bugs fixed); easyvideor1: the reference project's scorer.
+    profile: Literal["official", "easyvideor1"] = "official"
+    # Folder of annotation files (e.g. ../shared/benchmarks/annotations); `files` overrides per benchmark.
+    annotations_dir: str | None = None
+    files: dict[str, str] = {}
+    # Folder holding each benchmark's video root (Video-MME/, MVBench/, …); `video_roots` overrides per benchmark.
+    data_dir: str | None = None
+    video_roots: dict[str, str] = {}
+    subtitles: bool = False
+    # A Lance frames table holding the benchmarks' videos (`evr1 cache`); None: the run's own cache, if any.
+    frames_uri: str | None = None
+    # Prompt style of the model family: auto (from the model directory), qwen3 (Qwen3-VL, 3.5) or qwen25.
+    family: Literal["auto", "qwen3", "qwen25"] = "auto"
     max_new_tokens: int = Field(64, ge=1)
     temperature: float = Field(0.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=-1)
     batch_size: int = Field(8, ge=1)
     concurrency: int = Field(4, ge=1)
     queue_size: int = Field(16, ge=1)
     timeout_s: float = Field(300.0, gt=0.0)
     thinking: bool = False
     limit: int | None = None
+    # Row of evr1.eval.reference to set results beside (e.g. "qwen3-vl-8b-instruct"); None: no comparison.
+    reference_model: str | None = None
+    judge: JudgeConfig = JudgeConfig()
 
 
 class TrackingConfig(Section):

@@ -110,6 +110,9 @@ def stage_key(stage: str, cfg: Config, upstream: list[StageResult], extra: objec
         files = _file_stats(*cfg.data.train_files, *cfg.data.eval_files, *(r.partition(":")[0] for r in cfg.reward.families))
     elif stage == "model" and cfg.model.path and Path(cfg.model.path).exists():
         files = _file_stats(cfg.model.path)
+    elif stage == "eval":  # an edited annotation file is a new evaluation
+        e = cfg.eval
+        files = _file_stats(*e.files.values(), *([e.annotations_dir] if e.annotations_dir else []))
     ups = [(u.stage, u.uri, u.version, u.content_hash) for u in upstream]
     return _hash(stage, cfg.fingerprint(*STAGE_SECTIONS[stage]), cfg.run_dir(), run_token(cfg), ups, files, extra)
 
@@ -260,26 +263,45 @@ def stage_merge(cfg: Config, checkpoint: StageResult, model: StageResult, *,
                        content_hash=res.weights_sha256, metrics=metrics)
 
 
+def stage_registered_model(cfg: Config, name: str | None = None) -> StageResult:
+    """The newest registered version of the model `name` (default `tracking.register_model`) in the
+    tracking server's registry, as a model directory (downloaded when not on this machine)."""
+    from evr1.tracking import latest_model_version
+
+    name = name or cfg.tracking.register_model
+    if not name:
+        raise ValueError("no model name: pass one or set tracking.register_model")
+    uri = cfg.tracking.uri or default_tracking_uri(cfg.run_dir())
+    found = latest_model_version(uri, name)
+    if found is None:
+        raise LookupError(f"no registered version of model {name!r} in {uri}")
+    version, model_dir = found
+    return StageResult(stage="model", uri=str(model_dir), version=int(version),
+                       content_hash=_hash(name, version, _file_stats(model_dir)), extra={"name": name})
+
+
 def stage_eval(cfg: Config, model: StageResult, samples: StageResult, frames: StageResult,
                benchmark: str = "heldout", *, run_key: str | None = None) -> StageResult:
-    """Evaluate a model directory on a benchmark; per-item results are resumable by item id."""
+    """Evaluate a model directory on one benchmark; per-item results are resumable by item id."""
     from evr1.eval import get_benchmark
-    from evr1.eval.evaluate import evaluate
+    from evr1.eval.evaluate import evaluate, load_items
 
     from evr1 import rewards
 
     for ref in cfg.reward.families:
         rewards.load_reward_function(ref)
     bench = get_benchmark(benchmark)
-    items = bench.load(samples.uri)
+    items = load_items(cfg, bench, samples.uri)
     # Results are keyed by the weights evaluated and the eval settings, never by a folder name that a
     # differently trained model could reuse.
     out = run_paths(cfg)["eval"] / f"{model.content_hash or _hash(model.uri)}-{cfg.fingerprint('eval', 'cache')[:8]}"
     tr = tracker(cfg, run_key)
-    with tr.stage(f"eval-{benchmark}"):
-        summary = evaluate(cfg, bench, items, model_dir=Path(model.uri), frames_uri=frames.uri or None, out_dir=out)
+    with tr.stage(f"eval-{bench.name}"):
+        frames_uri = cfg.eval.frames_uri or frames.uri or None
+        summary = evaluate(cfg, bench, items, model_dir=Path(model.uri), frames_uri=frames_uri, out_dir=out)
         tr.log_metrics(summary.metrics())
-        tr.log_artifact(out / bench.name / "table.md", "eval")
-        tr.log_artifact(out / bench.name / "results.jsonl", "eval")
+        for name in ("table.md", "summary.json", "results.jsonl"):
+            tr.log_artifact(out / bench.name / name, "eval")
     return StageResult(stage="eval", uri=str(out / bench.name), content_hash=model.content_hash,
-                       metrics=summary.metrics(), extra={"table": str(out / bench.name / "table.md")})
+                       metrics=summary.metrics(), extra={"table": str(out / bench.name / "table.md"),
+                                                         "summary": str(out / bench.name / "summary.json")})

@@ -25,7 +25,10 @@ def train_and_eval(config: str = "conf/tiny.yaml", overrides: list[str] | None =
     merged = stages.merge(cfg, ckpt, base)
     results = {"ingest": samples, "model": base, "cache": frames, "train": ckpt, "merge": merged}
     if cfg.eval.enabled:
-        results["eval"] = stages.evaluate(cfg, merged, samples, frames)
+        evals = [stages.evaluate(cfg, merged, samples, frames, name) for name in cfg.eval.benchmarks]
+        results["eval"] = evals[0]
+        results.update({f"eval-{name}": r for name, r in zip(cfg.eval.benchmarks, evals)})
+        stages.report(cfg, merged, evals)
     for r in results.values():
         log.info(r.summary())
     return results

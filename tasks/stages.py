@@ -55,6 +55,12 @@ def model(cfg: Config) -> StageResult:
     return pipeline.stage_model(cfg, run_key=_run_key())
 
 
+@task(name="registered-model", persist_result=True)
+def registered_model(cfg: Config, name: str | None = None) -> StageResult:
+    """The newest registered model version (never cached: a nightly run must see a new registration)."""
+    return pipeline.stage_registered_model(cfg, name)
+
+
 @task(**_cached("cache"))
 def cache(cfg: Config, samples: StageResult, base_model: StageResult) -> StageResult:
     """Decode media into the Lance frame cache."""
@@ -76,12 +82,31 @@ def merge(cfg: Config, checkpoint: StageResult, base_model: StageResult) -> Stag
 @task(**_cached("eval"))
 def evaluate(cfg: Config, model_dir: StageResult, samples: StageResult, frames: StageResult,
              benchmark: str = "heldout") -> StageResult:
-    """Evaluate a model on a benchmark and publish its table."""
+    """Evaluate a model on a benchmark and publish its table (headline metric and breakdowns)."""
     result = pipeline.stage_eval(cfg, model_dir, samples, frames, benchmark, run_key=_run_key())
-    summary = json.loads((Path(result.uri) / "summary.json").read_text())
-    rows = [{"group": g, "items": int(r["n"]), "score": round(100 * r["score"], 2)} for g, r in summary["by_group"].items()]
-    rows.append({"group": "all", "items": summary["items"], "score": round(100 * summary["score"], 2)})
-    # Artifact keys allow only lowercase letters, digits and dashes.
-    key = "eval-" + re.sub(r"[^a-z0-9-]+", "-", benchmark.lower()).strip("-")
-    create_table_artifact(key=key, table=rows, description=f"{benchmark}: {model_dir.uri}")
+    summary = json.loads(Path(result.extra["summary"]).read_text())
+    rows = [{"part": summary["metric"], "value": round(100 * summary["score"], 2)}]
+    rows += [{"part": k, "value": round(100 * v, 2) if not k.startswith("judge/") else v}
+             for k, v in summary["parts"].items()]
+    rows.append({"part": "coverage", "value": f"{summary['scored']}/{summary['items']} scored, {summary['failed']} failed"})
+    create_table_artifact(key=_artifact_key(f"eval-{benchmark}"), table=rows,
+                          description=f"{benchmark} ({summary['profile']} profile): {model_dir.uri}")
     return result
+
+
+@task(name="report", persist_result=True)
+def report(cfg: Config, model_dir: StageResult, results: list[StageResult]) -> str:
+    """The suite table: every benchmark's headline beside the published numbers for the same model."""
+    from evr1.eval.reference import guess_model
+    from evr1.eval.report import suite_table
+    from evr1.eval.runner import EvalSummary
+
+    summaries = [EvalSummary(**json.loads(Path(r.extra["summary"]).read_text())) for r in results]
+    table = suite_table(summaries, reference_model=cfg.eval.reference_model or guess_model(model_dir.uri))
+    create_markdown_artifact(key="eval-suite", markdown=table, description=f"evaluation of {model_dir.uri}")
+    return table
+
+
+def _artifact_key(name: str) -> str:
+    """Artifact keys allow only lowercase letters, digits and dashes."""
+    return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")

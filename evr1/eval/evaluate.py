@@ -1,17 +1,19 @@
-"""The eval stage: a model directory and a benchmark → per-item results, a summary and a table."""
+"""The eval stage: a model directory and a benchmark → per-item results, the official metric, a table."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from collections.abc import Callable
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from evr1.cache import FrameReader
 from evr1.config import Config
 from evr1.engines import Engine, SamplingParams, make_engine
-from evr1.eval.benchmark import Benchmark
-from evr1.eval.runner import EvalSummary, run_items
+from evr1.eval.benchmark import Benchmark, PromptContext
+from evr1.eval.report import summary_table
+from evr1.eval.runner import EvalSummary, run_items, summarise
 from evr1.eval.store import ResultStore
 from evr1.models import load_adapter
 
@@ -20,38 +22,98 @@ def evaluate(cfg: Config, bench: Benchmark, items: list[dict], *, model_dir: Pat
              out_dir: Path, engine: Engine | None = None) -> EvalSummary:
     """Run `bench` on `items` with the model in `model_dir`; results land in `out_dir/<bench>/`.
 
-    Without `engine`, one is built from `cfg.rollout.engine` (see `open_engine`) and shut down at the end.
+    Prompts follow `eval.profile` and the model family's style; frames come from the Lance cache
+    when present (a miss decodes with the same rules); open-ended items go to the LLM judge when
+    `eval.judge.enabled`. Without `engine`, one is built from `cfg.rollout.engine` (see `open_engine`).
     """
     e = cfg.eval
     if e.limit is not None:
         items = items[: e.limit]
     adapter = load_adapter(model_dir)
     params = cfg.cache.frame_params(adapter.family.factor)
+    root = video_root(cfg, bench)
     mode = cfg.cache.mode if (cfg.cache.enabled and frames_uri) else "decode-only"
-    reader = FrameReader(frames_uri, params, mode=mode, data_root=cfg.data.data_root)
-    template = cfg.rollout.template
+    reader = FrameReader(frames_uri, params, mode=mode, data_root=root)
+    ctx = PromptContext(profile=e.profile, family=prompt_family(e.family, adapter.family.name), thinking=e.thinking,
+                        template=cfg.rollout.template)
 
     def load(item):
-        p = bench.prompt(item, e.thinking, template=template)
+        c = ctx
+        if e.subtitles and bench.subtitles is not None and root is not None:
+            c = replace(ctx, subtitles=bench.subtitles(item, Path(root)))
+        p = bench.prompted(item, c)
         return adapter.encode_prompt(p.text, videos=[reader.video(v) for v in p.videos],
                                      images=[reader.image(i) for i in p.images])
 
     folder = Path(out_dir) / bench.name
     store = ResultStore(folder / "results.jsonl")
-    sampling = SamplingParams(n=1, max_new_tokens=e.max_new_tokens, temperature=e.temperature, seed=cfg.run.seed)
+    sampling = SamplingParams(n=1, max_new_tokens=e.max_new_tokens, temperature=e.temperature, top_p=e.top_p,
+                              top_k=e.top_k, seed=cfg.run.seed)
     close: Callable[[], None] = lambda: None
     if engine is None:
         engine, close = open_engine(cfg, model_dir)
     try:
-        summary = asyncio.run(run_items(items, load=load, engine=engine, score=bench.score, store=store,
-                                        sampling=sampling, concurrency=e.concurrency, queue_size=e.queue_size,
-                                        batch_size=e.batch_size, timeout_s=e.timeout_s, group_key=bench.group_key,
-                                        benchmark=bench.name))
+        summary = asyncio.run(run_items(items, load=load, engine=engine, store=store, sampling=sampling,
+                                        score=lambda text, item: bench.score_item(text, item, e.profile),
+                                        aggregate=lambda pairs: bench.report(pairs, e.profile), profile=e.profile,
+                                        concurrency=e.concurrency, queue_size=e.queue_size, batch_size=e.batch_size,
+                                        timeout_s=e.timeout_s, group_key=bench.group_key, benchmark=bench.name))
     finally:
         close()
-    (folder / "summary.json").write_text(json.dumps(summary.__dict__, indent=2))
-    (folder / "table.md").write_text(summary_table(summary))
+    if e.judge.enabled and any(bench.needs_judge(i) for i in items):
+        summary = judge_pass(cfg, bench, items, store, model_dir, summary)
+    write_summary(folder, summary, reference_model=e.reference_model)
     return summary
+
+
+def judge_pass(cfg: Config, bench: Benchmark, items: list[dict], store: ResultStore, model_dir: Path,
+               summary: EvalSummary) -> EvalSummary:
+    """The LLM judge's second pass over open-ended items, then the summary again with its verdicts."""
+    from evr1.eval.judge import run_judge
+
+    counts = run_judge(cfg.eval.judge, bench, items, store, default_model_dir=model_dir, device=cfg.trainer.device,
+                       concurrency=cfg.eval.concurrency, timeout_s=cfg.eval.timeout_s)
+    again = summarise(items, store, benchmark=bench.name, group_key=bench.group_key,
+                      aggregate=lambda pairs: bench.report(pairs, cfg.eval.profile), profile=cfg.eval.profile,
+                      seconds=summary.seconds, engine_wait=0.0, engine_busy=0.0)
+    again.engine_wait_fraction = summary.engine_wait_fraction
+    again.parts.update({f"judge/{k}": float(v) for k, v in counts.items()})
+    return again
+
+
+def write_summary(folder: Path, summary: EvalSummary, *, reference_model: str | None = None) -> None:
+    """`summary.json` and the markdown `table.md` (headline, breakdowns, the reference beside it)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "summary.json").write_text(json.dumps(asdict(summary), indent=2))
+    (folder / "table.md").write_text(summary_table(summary, reference_model=reference_model))
+
+
+def prompt_family(setting: str, model_family: str) -> str:
+    """The prompt style: "qwen25" for Qwen2/2.5-VL, "qwen3" for Qwen3-VL and Qwen3.5 (unless set)."""
+    if setting != "auto":
+        return setting
+    return "qwen25" if model_family in ("qwen2_vl", "qwen2_5_vl") else "qwen3"
+
+
+def video_root(cfg: Config, bench: Benchmark) -> str | None:
+    """Where `bench`'s relative media paths live: `eval.video_roots[name]`, else `eval.data_dir/<video_root>`;
+    the held-out split uses `data.data_root`. Paths are confined to this folder."""
+    e = cfg.eval
+    if bench.extra.get("single_profile"):
+        return cfg.data.data_root
+    if bench.name in e.video_roots:
+        return e.video_roots[bench.name]
+    if e.data_dir is None:
+        raise ValueError(f"benchmark {bench.name!r}: set eval.data_dir (the folder holding {bench.video_root or bench.name}/) "
+                         f"or eval.video_roots.{bench.name}")
+    return str(Path(e.data_dir) / bench.video_root)
+
+
+def load_items(cfg: Config, bench: Benchmark, samples_uri: str | None = None) -> list[dict]:
+    """The benchmark's items: the held-out split of `samples_uri`, or its annotation file."""
+    if bench.extra.get("single_profile"):
+        return bench.load(samples_uri)
+    return bench.load(cfg.eval.files.get(bench.name), annotations_dir=cfg.eval.annotations_dir)
 
 
 def open_engine(cfg: Config, model_dir: Path) -> tuple[Engine, Callable[[], None]]:
@@ -73,13 +135,3 @@ def open_engine(cfg: Config, model_dir: Path) -> tuple[Engine, Callable[[], None
     remote = remote_engine(model_dir, cfg.rollout.engine, batch_size=e.batch_size, dtype=cfg.model.dtype,
                            num_gpus=1 if cfg.trainer.device == "cuda" else 0)
     return remote, remote.shutdown
-
-
-def summary_table(s: EvalSummary) -> str:
-    """A markdown table: one row per group plus the overall score and coverage."""
-    rows = [f"| {s.benchmark} / {g} | {int(r['n'])} | {100 * r['score']:.1f} |" for g, r in s.by_group.items()]
-    return "\n".join([
-        f"### {s.benchmark}: {100 * s.score:.1f} ({s.scored}/{s.items} scored, {s.failed} failed)", "",
-        "| benchmark / group | items | score (%) |", "| --- | ---: | ---: |", *rows,
-        f"| **{s.benchmark} (all)** | {s.items} | **{100 * s.score:.1f}** |", "",
-    ])

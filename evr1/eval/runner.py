@@ -30,23 +30,35 @@ class EvalSummary:
     items: int
     scored: int
     failed: int
-    score: float                      # mean over ALL items; failures count as 0
+    score: float                      # the headline metric over ALL items; failures count as 0
     by_group: dict[str, dict[str, float]] = field(default_factory=dict)
     seconds: float = 0.0
     engine_wait_fraction: float = 0.0
+    metric: str = "accuracy"          # what `score` is (the benchmark's official metric)
+    parts: dict[str, float] = field(default_factory=dict)  # the metric's breakdowns
+    profile: str = "official"
 
     def metrics(self) -> dict[str, float]:
-        out = {f"{self.benchmark}/score": self.score, f"{self.benchmark}/coverage": self.scored / max(self.items, 1),
-               f"{self.benchmark}/failed": float(self.failed)}
+        """Flat MLflow metrics: `<bench>/<metric>`, coverage, failures, every breakdown and group."""
+        b = self.benchmark
+        out = {f"{b}/score": self.score, f"{b}/{self.metric}": self.score,
+               f"{b}/coverage": self.scored / max(self.items, 1), f"{b}/failed": float(self.failed)}
         for group, row in self.by_group.items():
-            out[f"{self.benchmark}/{group}/score"] = row["score"]
-        return out
+            out[f"{b}/{group}/score"] = row["score"]
+        for name, value in self.parts.items():
+            out[f"{b}/{name}"] = value
+        return {_mlflow_key(k): v for k, v in out.items()}
+
+
+def _mlflow_key(key: str) -> str:
+    """MLflow allows alphanumerics, _ - . space : / only."""
+    return "".join(c if c.isalnum() or c in "_-. :/" else "_" for c in key)
 
 
 async def run_items(items: Sequence[Mapping], *, load: Callable[[Mapping], Any], engine, score: Callable[[str, Mapping], dict],
                     store: ResultStore, sampling: SamplingParams, concurrency: int = 4, queue_size: int = 16,
                     batch_size: int = 8, timeout_s: float = 300.0, group_key: Callable[[Mapping], str] = lambda i: "all",
-                    benchmark: str = "eval") -> EvalSummary:
+                    benchmark: str = "eval", aggregate: Callable | None = None, profile: str = "official") -> EvalSummary:
     """Evaluate `items` not already scored in `store` (failed ones run again); return the summary over every item."""
     t0 = time.perf_counter()
     loop = asyncio.get_running_loop()
@@ -150,12 +162,15 @@ async def run_items(items: Sequence[Mapping], *, load: Callable[[Mapping], Any],
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     return summarise(items, store, benchmark=benchmark, group_key=group_key, seconds=time.perf_counter() - t0,
-                     engine_wait=waits["engine_wait"], engine_busy=waits["engine_busy"])
+                     engine_wait=waits["engine_wait"], engine_busy=waits["engine_busy"], aggregate=aggregate,
+                     profile=profile)
 
 
 def summarise(items: Sequence[Mapping], store: ResultStore, *, benchmark: str, group_key, seconds: float = 0.0,
-              engine_wait: float = 0.0, engine_busy: float = 0.0) -> EvalSummary:
-    """Scores over every item from its newest record (missing or failed count as 0; coverage says how many were scored)."""
+              engine_wait: float = 0.0, engine_busy: float = 0.0, aggregate: Callable | None = None,
+              profile: str = "official") -> EvalSummary:
+    """Scores over every item from its newest record (missing or failed count as 0; coverage says how many
+    were scored). With `aggregate` (a benchmark's `Aggregate`), the headline is its official metric."""
     totals: dict[str, list[float]] = defaultdict(list)
     scored = failed = 0
     for item in items:
@@ -170,6 +185,10 @@ def summarise(items: Sequence[Mapping], store: ResultStore, *, benchmark: str, g
     everything = totals.pop("__all__", [])
     by_group = {g: {"score": sum(v) / len(v), "n": float(len(v))} for g, v in sorted(totals.items())}
     busy_and_wait = engine_wait + engine_busy
-    return EvalSummary(benchmark=benchmark, items=len(items), scored=scored, failed=failed,
-                       score=sum(everything) / len(everything) if everything else 0.0, by_group=by_group,
-                       seconds=seconds, engine_wait_fraction=engine_wait / busy_and_wait if busy_and_wait else 0.0)
+    headline, metric, parts = (sum(everything) / len(everything) if everything else 0.0), "accuracy", {}
+    if aggregate is not None:
+        report = aggregate([(item, store.results.get(str(item["id"])) or {}) for item in items])
+        headline, metric, parts = report.value, report.metric, dict(report.parts)
+    return EvalSummary(benchmark=benchmark, items=len(items), scored=scored, failed=failed, score=headline,
+                       by_group=by_group, seconds=seconds, metric=metric, parts=parts, profile=profile,
+                       engine_wait_fraction=engine_wait / busy_and_wait if busy_and_wait else 0.0)
