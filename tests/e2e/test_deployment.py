@@ -73,8 +73,10 @@ def test_tiny_deployment_runs_on_a_server_and_process_worker(tmp_path):
                                                  text=True, **kw)
         created = run("work-pool", "create", "local", "--type", "process", timeout=120)
         assert created.returncode == 0, created.stdout + created.stderr
-        deployed = run("--no-prompt", "deploy", "--name", "tiny", timeout=300)
+        deployed = run("--no-prompt", "deploy", "--name", "tiny", "--name", "nightly-tiny", timeout=300)
         assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+        inspected = run("deployment", "inspect", "nightly-eval/nightly-tiny", timeout=120)
+        assert inspected.returncode == 0 and "0 3 * * *" in inspected.stdout, inspected.stdout + inspected.stderr
         worker = subprocess.Popen([prefect, "worker", "start", "--pool", "local"], env=env, cwd=ROOT,
                                   stdout=(logs / "worker.log").open("w"), stderr=subprocess.STDOUT,
                                   start_new_session=True)
@@ -89,6 +91,16 @@ def test_tiny_deployment_runs_on_a_server_and_process_worker(tmp_path):
         assert "Completed" in started.stdout
         results = tmp_path / "runs" / "deployed" / "eval"
         files = list(results.glob("*/heldout/results.jsonl"))
+        assert len(files) == 1 and len(files[0].read_text().splitlines()) == 2
+
+        # The nightly deployment evaluates the version that run registered, from the same registry.
+        registry = f"sqlite:///{tmp_path / 'runs' / 'deployed' / 'mlflow.db'}"
+        nightly = ["data.synth.n=4", "data.synth.heldout=2", "eval.max_new_tokens=4", f"run.root={tmp_path / 'runs'}",
+                   f"tracking.uri={registry}"]
+        started = run("deployment", "run", "nightly-eval/nightly-tiny", "--params", json.dumps({"overrides": nightly}),
+                      "--watch", "--watch-interval", "1", "--watch-timeout", "600", timeout=700)
+        assert started.returncode == 0 and "Completed" in started.stdout, started.stdout[-3000:] + started.stderr[-3000:]
+        files = list((tmp_path / "runs" / "nightly-tiny" / "eval").glob("*/heldout/results.jsonl"))
         assert len(files) == 1 and len(files[0].read_text().splitlines()) == 2
     finally:
         if worker is not None:
