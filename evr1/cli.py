@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Annotated, Optional
@@ -102,17 +103,42 @@ def merge(checkpoint: Path, out: Path, base_model: Annotated[Optional[Path], typ
 
 @app.command("eval")
 def eval_(config: Path, model_dir: Path, overrides: Overrides = None,
-          benchmark: Annotated[str, typer.Option()] = "heldout") -> None:
-    """Evaluate a model directory on a benchmark."""
+          benchmark: Annotated[list[str] | None, typer.Option(help="registry name; repeat for several "
+                                                                    "(default: eval.benchmarks)")] = None) -> None:
+    """Evaluate a model directory on benchmarks (resumable: a rerun scores only what is missing)."""
     from evr1 import pipeline
+    from evr1.eval.reference import guess_model
+    from evr1.eval.report import suite_table
+    from evr1.eval.runner import EvalSummary
     from evr1.results import StageResult
 
     cfg = _config(config, overrides)
-    samples = pipeline.stage_ingest(cfg)
+    names = benchmark or cfg.eval.benchmarks
+    needs_data = "heldout" in names
+    samples = pipeline.stage_ingest(cfg) if needs_data else StageResult(stage="ingest", uri="")
     model = StageResult(stage="model", uri=str(model_dir))
-    frames = pipeline.stage_cache(cfg, samples, model)
-    res = pipeline.stage_eval(cfg, model, samples, frames, benchmark)
-    console.print(Path(res.extra["table"]).read_text())
+    frames = pipeline.stage_cache(cfg, samples, model) if needs_data else StageResult(stage="cache", uri="")
+    summaries = []
+    for name in names:
+        res = pipeline.stage_eval(cfg, model, samples, frames, name)
+        console.print(Path(res.extra["table"]).read_text())
+        summaries.append(EvalSummary(**json.loads(Path(res.extra["summary"]).read_text())))
+    console.print(suite_table(summaries, reference_model=cfg.eval.reference_model or guess_model(str(model_dir))))
+
+
+@app.command()
+def benchmarks() -> None:
+    """List the registered benchmarks: name, title, official metric, items in the shared file."""
+    from evr1.eval import BENCHMARKS, load_all
+
+    load_all()
+    seen = set()
+    for name, b in sorted(BENCHMARKS.items()):
+        if id(b) in seen:
+            continue
+        seen.add(id(b))
+        aliases = f" (also {', '.join(b.aliases)})" if b.aliases else ""
+        console.print(f"{b.name:18} {b.title}{aliases} — {b.expected_items or '?'} items, files {', '.join(b.files) or '-'}")
 
 
 @app.command()
