@@ -13,7 +13,7 @@ import asyncio
 import time
 import traceback
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,7 +81,7 @@ async def run_items(items: Sequence[Mapping], *, load: Callable[[Mapping], Any],
             except asyncio.QueueEmpty:
                 return
             try:
-                inputs = await asyncio.wait_for(loop.run_in_executor(pool, load, item), timeout_s)
+                inputs = await asyncio.wait_for(in_thread(loop, load, item), timeout_s)
             except asyncio.TimeoutError:
                 fail(item, "load", f"timed out after {timeout_s:g} s")
                 continue
@@ -148,22 +148,45 @@ async def run_items(items: Sequence[Mapping], *, load: Callable[[Mapping], Any],
             except Exception as e:  # noqa: BLE001
                 fail(item, "score", f"{e}\n{traceback.format_exc(limit=2)}")
 
-    # Loads run on a pool of their own that is never joined: a decoder that hangs past its timeout
-    # keeps one thread busy but cannot keep the run (or asyncio.run's executor shutdown) waiting.
-    pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="evr1-load")
+    # `concurrency` loader tasks each run one load at a time, each in a daemon thread of its own: a
+    # decoder that hangs past its timeout keeps only its own thread, never a slot that later items
+    # need, and cannot keep the run (or the interpreter's exit) waiting.
     loaders = [asyncio.create_task(loader()) for _ in range(max(1, concurrency))]
     gen = asyncio.create_task(generator(loaders))
     sc = asyncio.create_task(scorer())
-    try:
-        await asyncio.gather(*loaders)
-        await ready.put(_DONE)
-        await gen
-        await sc
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+    await asyncio.gather(*loaders)
+    await ready.put(_DONE)
+    await gen
+    await sc
     return summarise(items, store, benchmark=benchmark, group_key=group_key, seconds=time.perf_counter() - t0,
                      engine_wait=waits["engine_wait"], engine_busy=waits["engine_busy"], aggregate=aggregate,
                      profile=profile)
+
+
+def in_thread(loop: asyncio.AbstractEventLoop, fn: Callable[[Mapping], Any], item: Mapping) -> asyncio.Future:
+    """`fn(item)` in a new daemon thread, as a future of this loop (abandoned, not joined, on timeout)."""
+    fut = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if fut.done():  # timed out and cancelled: the late result is dropped
+            return
+        if error is not None:
+            fut.set_exception(error)
+        else:
+            fut.set_result(result)
+
+    def target() -> None:
+        try:
+            outcome: tuple[Any, BaseException | None] = (fn(item), None)
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting loader, which records it
+            outcome = (None, e)
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:  # the run ended (loop closed) while this load hung: nobody waits for it
+            pass
+
+    threading.Thread(target=target, name="evr1-load", daemon=True).start()
+    return fut
 
 
 def summarise(items: Sequence[Mapping], store: ResultStore, *, benchmark: str, group_key, seconds: float = 0.0,

@@ -5,6 +5,7 @@ run through the real asynchronous runner and the benchmark's official aggregatio
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -40,7 +41,7 @@ class AnswerEngine:
 def run_benchmark(bench: Benchmark, items: Sequence[Mapping[str, Any]], answer: Callable[[Mapping[str, Any]], str],
                   tmp_path: Path, *, profile: str = "official") -> Report:
     """Every item through the runner (load → generate → score) and the profile's aggregation."""
-    store = ResultStore(tmp_path / f"{bench.name}-{profile}-{id(answer)}.jsonl")
+    store = ResultStore(tmp_path / f"{bench.name}-{profile}-{uuid.uuid4().hex}.jsonl")  # a fresh store per run
     summary = asyncio.run(run_items(
         items, load=lambda item: str(item["id"]), engine=AnswerEngine(items, answer),
         score=lambda text, item: bench.score_item(text, item, profile), store=store,
