@@ -127,18 +127,17 @@ def eval_(config: Path, model_dir: Path, overrides: Overrides = None,
 
 
 @app.command()
-def benchmarks() -> None:
-    """List the registered benchmarks: name, title, official metric, items in the shared file."""
-    from evr1.eval import BENCHMARKS, load_all
+def benchmarks(markdown: Annotated[bool, typer.Option(help="the catalogue with deviations, as in docs/eval.md")] = False) -> None:
+    """List the registered benchmarks: name, title, items in the shared file, official headline metric."""
+    from evr1.eval.catalogue import definitions, headline_metric, markdown as catalogue
 
-    load_all()
-    seen = set()
-    for name, b in sorted(BENCHMARKS.items()):
-        if id(b) in seen:
-            continue
-        seen.add(id(b))
+    if markdown:
+        print(catalogue(), end="")
+        return
+    for b in definitions():
         aliases = f" (also {', '.join(b.aliases)})" if b.aliases else ""
-        console.print(f"{b.name:18} {b.title}{aliases} — {b.expected_items or '?'} items, files {', '.join(b.files) or '-'}")
+        console.print(f"{b.name:18} {b.title}{aliases}: {b.expected_items or '?'} items, {headline_metric(b)}",
+                      soft_wrap=True)
 
 
 @app.command()

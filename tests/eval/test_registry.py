@@ -63,3 +63,11 @@ def test_cli_lists_every_benchmark():
         assert name in out.output
     load_all()
     assert set(ISSUE_BENCHMARKS) <= set(BENCHMARKS)
+
+
+def test_docs_catalogue_is_the_generated_one():
+    from evr1.eval.catalogue import markdown
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "eval.md").read_text()
+    assert doc.split("## Catalogue\n", 1)[1].split("\n\n", 1)[1] == markdown(), \
+        "docs/eval.md is stale: regenerate its catalogue with `evr1 benchmarks --markdown`"
