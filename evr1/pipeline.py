@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import uuid
 from pathlib import Path
 
@@ -203,7 +204,7 @@ def stage_cache(cfg: Config, samples: StageResult, model: StageResult, *, run_ke
         rep = build_frame_cache(_media_items(rows), frames_uri, params, data_root=samples.extra.get("data_root") or None,
                                 workers=cfg.cache.workers, ray_address=cfg.orchestration.ray_address,
                                 timeout_s=cfg.cache.timeout_s, rejects_uri=str(p["lance"] / "cache_rejects"),
-                                progress=False)
+                                progress=sys.stderr.isatty())
         metrics = {"requested": rep.requested, "unique": rep.unique, "hits": rep.hits, "decoded": rep.decoded,
                    "failed": rep.failed, "seconds": rep.seconds}
         tr.log_metrics(metrics)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
@@ -35,16 +36,46 @@ def check_file(path: str, error: type = VideoDecodeError) -> None:
         raise error(path, "file is empty (0 bytes)", kind="empty")
 
 
+# Leading bytes of the containers we meet; a file with none of them that FFmpeg cannot open is not media.
+_SIGNATURES: dict[str, Callable[[bytes], bool]] = {
+    "MP4/MOV": lambda b: b[4:8] in (b"ftyp", b"moov", b"mdat", b"free", b"wide", b"skip", b"pnot"),
+    "Matroska/WebM": lambda b: b.startswith(b"\x1a\x45\xdf\xa3"),
+    "AVI": lambda b: b.startswith(b"RIFF") and b[8:12] == b"AVI ",
+    "MPEG-TS": lambda b: len(b) > 188 and b[0] == 0x47 and b[188] == 0x47,
+    "MPEG-PS": lambda b: b.startswith(b"\x00\x00\x01\xba"),
+    "FLV": lambda b: b.startswith(b"FLV"),
+    "Ogg": lambda b: b.startswith(b"OggS"),
+    "ASF/WMV": lambda b: b.startswith(b"\x30\x26\xb2\x75"),
+    "GIF": lambda b: b.startswith((b"GIF87a", b"GIF89a")),
+}
+
+
+def sniff_container(path: str) -> str | None:
+    """The container named by the file's first bytes, or None when they match no known video format."""
+    with open(path, "rb") as f:
+        head = f.read(256)
+    return next((name for name, match in _SIGNATURES.items() if match(head)), None)
+
+
+def _open_error(path: str, exc: Exception) -> VideoDecodeError:
+    """A clear reason for a file FFmpeg cannot open: not media at all, or a damaged container."""
+    container = sniff_container(path)
+    if container is None:
+        with open(path, "rb") as f:
+            head = f.read(16)
+        return VideoDecodeError(path, f"not a video file: no known container signature (starts with {head!r})",
+                                kind="not_media")
+    return VideoDecodeError(path, f"truncated or corrupt {container} file ({exc})", kind="corrupt")
+
+
 @contextmanager
 def open_video(path: str):
     """Open a container and yield (container, video_stream); translate FFmpeg errors to VideoDecodeError."""
     check_file(path)
     try:
         container = av.open(path, mode="r")
-    except av.error.InvalidDataError as exc:
-        raise VideoDecodeError(path, f"not a media file, or corrupt/truncated ({exc})", kind="corrupt") from exc
     except av.FFmpegError as exc:
-        raise VideoDecodeError(path, f"cannot open ({exc})", kind="corrupt") from exc
+        raise _open_error(path, exc) from exc
     try:
         if not container.streams.video:
             kinds = sorted({s.type for s in container.streams}) or ["none"]
@@ -62,7 +93,8 @@ def _count_packets(container, stream) -> int:
     return sum(1 for packet in container.demux(stream) if packet.size > 0)
 
 
-def _native_fps(stream, total_frames: int, duration: float) -> float:
+def native_fps(stream, total_frames: int, duration: float) -> float:
+    """The stream's average frame rate (what decord and torchcodec report), else frames / duration."""
     for rate in (stream.average_rate, stream.guessed_rate, stream.base_rate):
         if rate and Fraction(rate) > 0:
             return float(rate)
@@ -80,7 +112,7 @@ def probe_video(path: str | os.PathLike) -> VideoInfo:
             total = stream.frames or _count_packets(container, stream)
         except av.FFmpegError as exc:
             raise VideoDecodeError(path, f"corrupt stream while counting frames ({exc})", kind="corrupt") from exc
-        fps = _native_fps(stream, total, header_duration)
+        fps = native_fps(stream, total, header_duration)
         duration = header_duration or (total / fps if fps else 0.0)
         ctx = stream.codec_context
         return VideoInfo(path, int(total), fps, duration, ctx.height, ctx.width, ctx.codec.name)

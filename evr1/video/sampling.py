@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 # Bump when any rule below changes: it is part of the frame-cache key, so old entries become misses.
-RULES_VERSION = "qwen-vl-utils/0.0.14+0.0.8;evr1-1"
+RULES_VERSION = "qwen-vl-utils/0.0.14+0.0.8;evr1-2"  # evr1-2: torch antialiased bicubic for videos
 
 MAX_RATIO = 200
 FRAME_FACTOR = 2

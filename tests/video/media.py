@@ -29,18 +29,21 @@ def write_video(
     fps: int = 8,
     height: int = 48,
     width: int = 64,
-    gop: int = 4,
+    gop: int | None = 4,
     pts: list[int] | None = None,
     codec: str = "libx264",
+    bframes: int = 0,
 ) -> Path:
-    """Encode an MP4. `pts` (in 1/fps/… units of time_base 1/(fps*10)) makes a variable-frame-rate file."""
+    """Encode an MP4. `pts` (in 1/fps/… units of time_base 1/(fps*10)) makes a variable-frame-rate file;
+    `gop=None` keeps x264's default keyframe interval (250)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with av.open(str(path), mode="w") as out:
         stream = out.add_stream(codec, rate=fps)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
-        stream.codec_context.gop_size = gop
+        if gop is not None:
+            stream.codec_context.gop_size = gop
         # Near-lossless so a test can read the grey level back; no B-frames keeps pts simple for VFR.
-        stream.options = {"crf": "1", "bf": "0"} if codec == "libx264" else {}
+        stream.options = {"crf": "1", "bf": str(bframes), "x264-params": "scenecut=0"} if codec == "libx264" else {}
         if pts is not None:
             stream.codec_context.time_base = Fraction(1, fps * 10)
         for i in range(n_frames):
@@ -83,3 +86,37 @@ def write_image(path: Path, height: int = 50, width: int = 70, mode: str = "RGB"
     channels = 4 if mode == "RGBA" else 3
     Image.fromarray(rng.integers(0, 256, (height, width, channels), dtype=np.uint8), mode).save(path)
     return path
+
+
+_MKV_CLUSTER = b"\x1f\x43\xb6\x75"  # Matroska Cluster element id: the frames start here
+_MKV_AVC_CODEC_ID = b"V_MPEG4/ISO/AVC"
+
+
+def write_unknown_codec(mkv: Path, dst: Path) -> Path:
+    """A Matroska file whose video track names a codec FFmpeg has no decoder for."""
+    data = mkv.read_bytes()
+    assert _MKV_AVC_CODEC_ID in data
+    dst.write_bytes(data.replace(_MKV_AVC_CODEC_ID, b"V_EVR1/UNKNOWN!"))
+    return dst
+
+
+def write_zero_frames(mkv: Path, dst: Path) -> Path:
+    """A Matroska file with a video track header and an empty first cluster: zero frames."""
+    data = mkv.read_bytes()
+    dst.write_bytes(data[: data.index(_MKV_CLUSTER) + 4])
+    return dst
+
+
+def write_faststart_truncated(dst: Path, n_frames: int = 32) -> Path:
+    """An MP4 with its index first (faststart), cut in half: it opens, but half the frames are gone."""
+    full = dst.with_suffix(".full.mp4")
+    with av.open(str(full), mode="w", options={"movflags": "+faststart"}) as out:
+        stream = out.add_stream("libx264", rate=8)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        stream.codec_context.gop_size = 4
+        for i in range(n_frames):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame_pattern(i, 48, 64), format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return write_truncated(full, dst)

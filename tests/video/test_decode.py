@@ -51,7 +51,7 @@ def test_decoded_frames_are_the_indexed_ones(media):
         assert abs(grey_level(frame) - (index * 8) % 256) < 4, index
 
 
-def test_vfr_indices_follow_decoded_order(media):
+def test_vfr_indices_follow_presentation_order(media):
     clip = decode_video(media["vfr"], FrameParams(fps=4.0, factor=16, min_pixels=256, max_pixels=64 * 48))
     info = probe_video(media["vfr"])
     assert clip.total_frames == 16 and clip.fps == pytest.approx(info.fps)
@@ -78,20 +78,25 @@ def test_decode_is_deterministic(media):
     assert np.array_equal(a.frames, b.frames)
 
 
-@pytest.mark.parametrize(
-    ("name", "kind"),
-    [
-        ("truncated", "corrupt"),
-        ("empty", "empty"),
-        ("audio_only", "no_video_stream"),
-        ("one_frame", "too_few_frames"),
-        ("text", "corrupt"),
-    ],
-)
-def test_bad_files_raise_clear_errors(media, name, kind):
+# The bad-file corpus: each ends in a VideoDecodeError with a machine kind and a reason a person can act on.
+BAD_FILES = [
+    ("truncated", "corrupt", "truncated or corrupt MP4/MOV file"),
+    ("truncated_faststart", "corrupt", "truncated: the header lists 32 frames but the file holds"),
+    ("empty", "empty", "file is empty (0 bytes)"),
+    ("audio_only", "no_video_stream", "no video stream (streams: audio)"),
+    ("one_frame", "too_few_frames", "(the video has 1 frames)"),
+    ("text", "not_media", "not a video file: no known container signature"),
+    ("unknown_codec", "unsupported_codec", "unsupported codec"),
+    ("zero_frames", "zero_frames", "video stream has zero frames"),
+]
+
+
+@pytest.mark.parametrize(("name", "kind", "reason"), BAD_FILES)
+def test_bad_files_raise_clear_errors(media, name, kind, reason):
     with pytest.raises(VideoDecodeError) as info:
         decode_video(media[name], FrameParams())
     assert info.value.kind == kind
+    assert reason in info.value.reason
     assert str(media[name]) in str(info.value)
     assert isinstance(info.value, ValueError)
 
@@ -132,3 +137,76 @@ def test_load_image_errors(media, tmp_path):
         load_image(b"", FrameParams())
     with pytest.raises(ImageDecodeError, match="does not exist"):
         load_image(tmp_path / "none.png", FrameParams())
+
+
+# --- seeking vs decoding everything, threads, variable frame rate, ranges ------------------------
+
+
+@pytest.mark.parametrize("name", ["clip", "long", "vfr", "bframes", "long_gop", "mkv"])
+@pytest.mark.parametrize("nframes", [4, 8, 16])
+def test_seek_and_decode_all_give_identical_frames(media, name, nframes):
+    params = FrameParams(nframes=nframes, factor=16, min_pixels=256, max_pixels=64 * 48)
+    every = decode_video(media[name], params, strategy="all")
+    seek = decode_video(media[name], params, strategy="seek")
+    assert every.frames.tobytes() == seek.frames.tobytes()
+    assert every.frame_indices == seek.frame_indices and every.extra["pts_seconds"] == seek.extra["pts_seconds"]
+    for frame, index in zip(seek.frames, seek.frame_indices):
+        assert abs(grey_level(frame) - (index * 8) % 256) < 4, (name, index)
+
+
+def test_auto_seeks_only_when_keyframes_are_dense(media):
+    few = FrameParams(nframes=4, factor=16, min_pixels=256, max_pixels=64 * 48)
+    # Keyframe every 10 of 120 frames, 4 samples ~40 apart: seeking decodes ~4×(≤10) frames, not 120.
+    assert decode_video(media["bframes"], few).extra["decode_strategy"] == "seek"
+    # One keyframe: every seek re-decodes from frame 0, so decoding everything is cheaper.
+    assert decode_video(media["long_gop"], few).extra["decode_strategy"] == "all"
+    # Dense sampling (60 of 120): consecutive samples share a GOP, decoding everything wins.
+    dense = FrameParams(nframes=60, factor=16, min_pixels=256, max_pixels=64 * 48)
+    assert decode_video(media["bframes"], dense).extra["decode_strategy"] == "all"
+    # Matroska headers carry no frame count: the index cannot be cross-checked, so never seek.
+    assert decode_video(media["mkv"], few, strategy="auto").extra["decode_strategy"] == "all"
+    with pytest.raises(ValueError, match="strategy"):
+        decode_video(media["clip"], few, strategy="sometimes")
+
+
+@pytest.mark.parametrize("threads", [1, 2, 0])
+def test_decoder_threads_do_not_change_frames(media, threads):
+    params = FrameParams(fps=4.0, factor=28)
+    baseline = decode_video(media["bframes"], params)
+    assert decode_video(media["bframes"], params, threads=threads).frames.tobytes() == baseline.frames.tobytes()
+
+
+def test_vfr_metadata_keeps_true_presentation_times(media):
+    clip = decode_video(media["vfr"], FrameParams(nframes=4, factor=16, min_pixels=256, max_pixels=64 * 48))
+    pts = [0, 10, 30, 35, 70, 90, 95, 100, 140, 150, 180, 200, 205, 210, 250, 260]  # conftest, units of 1/80 s
+    assert clip.frame_indices == [0, 5, 10, 15]
+    assert clip.extra["pts_seconds"] == pytest.approx([pts[i] / 80 for i in clip.frame_indices])
+    # fps is the stream's average rate, as decord/torchcodec report it; Qwen's timestamps are index / fps.
+    assert clip.fps == pytest.approx(probe_video(media["vfr"]).fps)
+
+
+def test_metadata_returned_with_the_frames(media):
+    clip = decode_video(media["long"], FrameParams(fps=2.0, factor=28))
+    assert (clip.fps, clip.total_frames, clip.duration) == (16.0, 64, 4.0)
+    assert clip.frame_indices == sample_frame_indices(64, 8, video_fps=16.0) and clip.num_frames == 8
+    assert clip.extra["sample_fps"] == 2.0 and clip.extra["video_total_frames"] == 64
+    # With a range, total frames / duration / sample fps describe the range, as qwen-vl-utils reports.
+    ranged = decode_video(media["long"], NATIVE, start=1.0, end=3.0)
+    assert (ranged.total_frames, ranged.duration) == (33, 33 / 16)
+    assert ranged.extra["sample_fps"] == 4 / 33 * 16 and ranged.extra["video_total_frames"] == 64
+
+
+def test_video_resize_is_torchvision_antialiased_bicubic(media):
+    """qwen-vl-utils resizes the uint8 tensor with torchvision: float32 interpolate, clamp, round."""
+    torch = pytest.importorskip("torch")
+    raw = decode_video(media["clip"], NATIVE)  # native 48×64, no resize
+    clip = decode_video(media["clip"], FrameParams(fps=2.0, factor=28))  # up to 280×392
+    x = torch.from_numpy(raw.frames).permute(0, 3, 1, 2).float()
+    ref = torch.nn.functional.interpolate(x, size=(280, 392), mode="bicubic", align_corners=False, antialias=True)
+    ref = ref.clamp(0, 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
+    assert clip.frames.tobytes() == ref.tobytes()
+    # PIL's bicubic (the image path) would differ: the two are not interchangeable.
+    from PIL import Image
+
+    pil = np.asarray(Image.fromarray(raw.frames[0]).resize((392, 280), Image.Resampling.BICUBIC))
+    assert not np.array_equal(pil, clip.frames[0])

@@ -184,3 +184,64 @@ def test_budget_0_0_8_max_pixels_replaces_cap():
     # 0.0.8 constants are fixed at 28²: min 100352, cap min(602112, 19267584/4·2).
     assert video_pixel_budget(4, factor=32, rules="0.0.8") == (100352, 602112)
     assert video_pixel_budget(16, factor=28, total_pixels=1_600_000, max_pixels=300000, rules="0.0.8")[1] == 300000
+
+
+# --- table of frame-count rules, both versions (spec §3.1 / §3.2) ---------------------------------
+
+NFRAMES_TABLE = [
+    # (total, native fps, kwargs, rules, expected)
+    (1800, 30.0, {"fps": 2.0, "max_frames": 128}, "0.0.14", 120),  # §3.1 60 s 720p example
+    (1800, 30.0, {"fps": 2.0, "max_frames": 128}, "0.0.8", 120),
+    (18000, 30.0, {"fps": 2.0, "max_frames": 128}, "0.0.14", 128),  # 10 minutes: capped
+    (18000, 30.0, {"fps": 2.0, "max_frames": 128}, "0.0.8", 128),
+    (30, 30.0, {"fps": 2.0}, "0.0.14", 4),  # 1 s clip: max(2, 4)
+    (30, 30.0, {"fps": 2.0}, "0.0.8", 4),
+    (3, 30.0, {"fps": 2.0}, "0.0.14", 2),  # 3 frames: min(4, 3) floored to 2
+    (44, 8.0, {"fps": 2.0}, "0.0.14", 10),  # 11 → floor to 10
+    (44, 8.0, {"fps": 2.0}, "0.0.8", 12),  # 11 → round(5.5)·2 = 12
+    (900, 30.0, {"nframes": 64}, "0.0.14", 64),
+    (900, 30.0, {"nframes": 63}, "0.0.8", 64),  # round(31.5) = 32 → 64
+    (900, 30.0, {"nframes": 65}, "0.0.8", 64),  # round(32.5) = 32 (half to even)
+]
+
+
+@pytest.mark.parametrize(("total", "native", "kwargs", "rules", "expected"), NFRAMES_TABLE)
+def test_smart_nframes_table(total, native, kwargs, rules, expected):
+    assert smart_nframes(total, native, rules=rules, **kwargs) == expected
+
+
+RAISES_TABLE = [
+    (10, 2.0, {"fps": 4.0, "max_frames": 64}, "0.0.8"),  # 0.0.8 does not clamp to N: 20 > 10
+    (100, 30.0, {"nframes": 128}, "0.0.8"),  # §3.2: a video shorter than nframes raises
+    (100, 30.0, {"nframes": 128}, "0.0.14"),
+    (1, 30.0, {"fps": 2.0}, "0.0.14"),  # 1-frame video: floor(1) = 0 < 2
+]
+
+
+@pytest.mark.parametrize(("total", "native", "kwargs", "rules"), RAISES_TABLE)
+def test_smart_nframes_raises_like_the_reference(total, native, kwargs, rules):
+    with pytest.raises(ValueError, match="nframes should in interval"):
+        smart_nframes(total, native, rules=rules, **kwargs)
+
+
+def test_worked_example_sample_fps_and_token_count_0_0_8():
+    # §3.2: 0.0.8 budget at factor 28 for 120 frames: min 100352, cap min(602112, 19267584/120·2).
+    min_px, max_px = video_pixel_budget(120, factor=28, rules="0.0.8")
+    assert (min_px, max_px) == (100352, 321126.4)
+    h, w = smart_resize(720, 1280, factor=28, min_pixels=min_px, max_pixels=max_px)
+    # β = √(921600 / 321126.4) ≈ 1.694: 425.0 → 420, 755.5 → 728 (floored to 28).
+    assert (h, w) == (420, 728) and h * w <= max_px
+    # sample_fps = n / N · r for the §3.1 example.
+    assert 120 / 1800 * 30.0 == 2.0
+
+
+@pytest.mark.parametrize(("family", "factor", "rules"), [("qwen2_vl", 28, "0.0.14"), ("qwen2_5_vl", 28, None),
+                                                          ("qwen3_vl", 32, "0.0.14"), ("qwen3_5", 32, "0.0.14")])
+def test_factor_is_patch_size_times_merge_by_family(family, factor, rules):
+    from evr1.models.families import FAMILIES
+
+    fam = FAMILIES[family]
+    assert fam.factor == fam.patch_size * 2 == factor
+    assert rules is None or fam.frame_rules == rules
+    h, w = smart_resize(720, 1280, factor=fam.factor, min_pixels=1, max_pixels=10**9)
+    assert h % factor == 0 and w % factor == 0
