@@ -1,8 +1,12 @@
 """Build the Lance `frames` cache: resolve, hash, dedupe, skip what is cached, decode the rest on Ray.
 
-Decoding runs as Ray tasks (one CPU each, at most `workers` in flight, each with a deadline after
-which it is force-cancelled); the driver appends finished rows to Lance a few at a time, so a build
-killed halfway keeps every committed batch and the next build decodes only what is missing.
+Each miss is one Ray task (one CPU, one decoder thread, at most `workers` in flight) that decodes the
+video and writes its row as a Lance data file itself, returning only the small fragment description;
+frames never travel through the Ray object store. The driver is the only committer: it appends the
+finished fragments in one atomic commit every `commit_rows` fragments or `COMMIT_SECONDS`, and once at
+the end. A build killed halfway therefore leaves a readable table holding every committed video, and
+the next build decodes only what is missing. Each task has a deadline: it stops itself cooperatively,
+and the driver force-cancels it shortly after (a decoder stuck in native code cannot hang the build).
 Every failure becomes a reject row (record id, path, reason); the rest of the build continues.
 """
 
@@ -16,16 +20,19 @@ from dataclasses import dataclass, field
 
 import lance
 import pyarrow as pa
+from rich.console import Console
 
 from evr1.cache.keys import content_hash, frame_key
 from evr1.cache.paths import resolve_media_path
-from evr1.cache.store import append_rows, clip_row, existing_keys, open_frames
+from evr1.cache.store import clip_row, commit_fragments, ensure_frames, existing_keys, open_frames, write_fragment
 from evr1.video.clip import FrameParams, VideoClip
 from evr1.video.decode import decode_video, load_image
 from evr1.video.errors import MediaDecodeError
 
-COMMIT_ROWS = 4  # rows per Lance commit: a kill loses at most this many decoded entries
-COMMIT_BYTES = 256 << 20  # ... or this many frame bytes, whichever comes first
+COMMIT_ROWS = 16  # fragments (videos) per Lance commit: a kill loses at most this many decoded entries
+COMMIT_SECONDS = 30.0  # ... or whatever finished in this long, whichever comes first
+SERIAL_BATCH_BYTES = 256 << 20  # in-process builds buffer rows up to this many frame bytes per file
+CANCEL_GRACE_S = 5.0  # the driver force-cancels a task this long after its own deadline
 RAY_OBJECT_STORE_BYTES = 256 << 20
 
 REJECTS_SCHEMA = pa.schema(
@@ -72,16 +79,28 @@ def _image_clip(path: str, params: FrameParams) -> VideoClip:
     return VideoClip(frames=frame[None], fps=0.0, frame_indices=[0], total_frames=1, duration=0.0)
 
 
-_DECODERS: dict[str, Callable[[str, FrameParams, float | None], VideoClip]] = {
-    "video": lambda path, params, timeout: decode_video(path, params, timeout=timeout),
-    "image": lambda path, params, timeout: _image_clip(path, params),
+_DECODERS: dict[str, Callable[[str, FrameParams, float | None, int | None], VideoClip]] = {
+    "video": lambda path, params, timeout, threads: decode_video(path, params, timeout=timeout, threads=threads),
+    "image": lambda path, params, timeout, threads: _image_clip(path, params),
 }
 
 
-def decode_row(job: _Job, params: FrameParams, timeout_s: float | None) -> dict:
+def decode_row(job: _Job, params: FrameParams, timeout_s: float | None, threads: int | None = None) -> dict:
     """Decode one job into a `frames` row; raises MediaDecodeError on bad media."""
-    clip = _DECODERS[job.kind](job.path, params, timeout_s)
+    clip = _DECODERS[job.kind](job.path, params, timeout_s, threads)
     return clip_row(job.key, job.content_hash, job.kind, clip, params, job.path)
+
+
+def decode_fragment(job: _Job, params: FrameParams, timeout_s: float | None, frames_uri: str) -> dict:
+    """Ray task: decode one job with one decoder thread and write its row as an uncommitted fragment.
+
+    Returns {"fragments": [...], "frames": T, "bytes": n}; the driver commits the fragments.
+    """
+    import torch
+
+    torch.set_num_threads(1)  # the frame resize: one CPU per task, like the decoder
+    row = decode_row(job, params, timeout_s, threads=1)
+    return {"fragments": write_fragment(frames_uri, [row]), "frames": row["shape"][0], "bytes": len(row["frames"])}
 
 
 def _failure(exc: BaseException) -> tuple[str, str]:
@@ -122,13 +141,15 @@ def _plan(
     return requested, jobs
 
 
-# --- executors: yield (job, row | None, kind, reason) as results arrive ---------------------------
+# --- executors: yield (job, result | None, kind, reason) as results arrive -------------------------
+# A result is {"fragments": [...]} (already written) or {"row": {...}} (to be written by the driver).
 
 
-def _run_serial(jobs: list[_Job], params: FrameParams, timeout_s: float | None, workers: int, ray_address):
+def _run_serial(jobs: list[_Job], params: FrameParams, timeout_s: float | None, workers: int, ray_address,
+                frames_uri: str):
     for job in jobs:
         try:
-            yield job, decode_row(job, params, timeout_s), "", ""
+            yield job, {"row": decode_row(job, params, timeout_s)}, "", ""
         except Exception as exc:  # any failure of one file must not stop the build
             yield job, None, *_failure(exc)
 
@@ -159,11 +180,12 @@ def _ensure_ray(workers: int, ray_address: str | None) -> bool:
     return True
 
 
-def _run_ray(jobs: list[_Job], params: FrameParams, timeout_s: float | None, workers: int, ray_address):
+def _run_ray(jobs: list[_Job], params: FrameParams, timeout_s: float | None, workers: int, ray_address,
+             frames_uri: str):
     import ray
 
     started = _ensure_ray(workers, ray_address)
-    task = ray.remote(num_cpus=1, max_retries=0)(decode_row)
+    task = ray.remote(num_cpus=1, max_retries=0)(decode_fragment)
     params_ref = ray.put(params)
     queue: Iterator[_Job] = iter(jobs)
     pending: dict = {}  # ref -> (job, deadline)
@@ -171,8 +193,8 @@ def _run_ray(jobs: list[_Job], params: FrameParams, timeout_s: float | None, wor
         while True:
             # Submit only as many as can run, so a deadline measures decoding time, not queueing.
             while len(pending) < workers and (job := next(queue, None)) is not None:
-                deadline = time.monotonic() + timeout_s if timeout_s else float("inf")
-                pending[task.remote(job, params_ref, timeout_s)] = (job, deadline)
+                deadline = time.monotonic() + timeout_s + CANCEL_GRACE_S if timeout_s else float("inf")
+                pending[task.remote(job, params_ref, timeout_s, frames_uri)] = (job, deadline)
             if not pending:
                 return
             wait_s = min(d for _, d in pending.values()) - time.monotonic()
@@ -188,7 +210,7 @@ def _run_ray(jobs: list[_Job], params: FrameParams, timeout_s: float | None, wor
                 if now > deadline:
                     ray.cancel(ref, force=True)
                     del pending[ref]
-                    yield job, None, "timeout", f"decoding took longer than {timeout_s} s; cancelled"
+                    yield job, None, "timeout", f"decoding took longer than {timeout_s} s; the worker was killed"
     finally:
         for ref in pending:
             ray.cancel(ref, force=True)
@@ -218,6 +240,16 @@ def write_rejects(uri: str, rejects: list[dict]) -> int | None:
 # --- the build ---------------------------------------------------------------------------------
 
 
+def _progress(progress: bool | Console):
+    """A rich progress bar on stderr (or the given console); disabled when `progress` is False."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = progress if isinstance(progress, Console) else Console(stderr=True)
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("{task.fields[status]}"), console=console, disable=progress is False)
+
+
 def build_frame_cache(
     items: Iterable[tuple[str, str, str]],
     frames_uri: str,
@@ -228,19 +260,19 @@ def build_frame_cache(
     ray_address: str | None = None,
     timeout_s: float | None = 120,
     rejects_uri: str | None = None,
-    progress: bool = True,
+    progress: bool | Console = True,
     commit_rows: int = COMMIT_ROWS,
     on_commit: Callable[[int], None] | None = None,
 ) -> CacheBuildReport:
     """Decode every (record_id, media_path, kind) item not yet cached into the `frames` table.
 
-    `workers=0` decodes serially in this process (no Ray). `on_commit(version)` runs after each
-    Lance commit (for progress hooks; tests use it to simulate a crash mid-build).
+    `workers=0` decodes serially in this process (no Ray; the timeout is then only cooperative).
+    `progress` shows a bar on stderr (or on the given rich Console). `on_commit(version)` runs after
+    each Lance commit (for progress hooks; tests use it to simulate a crash mid-build).
     """
-    from rich.progress import Progress
-
     t0 = time.perf_counter()
-    report = CacheBuildReport(frames_uri=str(frames_uri))
+    frames_uri = str(frames_uri)
+    report = CacheBuildReport(frames_uri=frames_uri)
 
     def reject(record_id: str, path: str, kind: str, reason: str) -> None:
         report.rejects.append({"record_id": record_id, "path": path, "stage": "cache", "kind": kind,
@@ -251,34 +283,49 @@ def build_frame_cache(
     cached = existing_keys(frames_uri)
     misses = [job for key, job in jobs.items() if key not in cached]
     report.hits = report.unique - len(misses)
+    report.version = ensure_frames(frames_uri).version
 
-    batch: list[dict] = []
+    rows: list[dict] = []  # serial builds: rows not yet written
+    fragments: list[dict] = []  # written, not yet committed
+    pending_videos = 0
+    last_commit = time.monotonic()
 
     def commit() -> None:
-        if batch:
-            report.version = append_rows(frames_uri, batch)
-            batch.clear()
+        nonlocal pending_videos, last_commit
+        if rows:
+            fragments.extend(write_fragment(frames_uri, rows))
+            rows.clear()
+        if fragments:
+            report.version = commit_fragments(frames_uri, fragments)
+            fragments.clear()
             if on_commit is not None:
                 on_commit(report.version)
+        pending_videos, last_commit = 0, time.monotonic()
 
     run = _run_ray if workers > 0 and misses else _run_serial
-    with Progress(disable=not progress, transient=True) as bar:
-        task = bar.add_task("decoding frames", total=len(misses))
-        for job, row, kind, reason in run(misses, params, timeout_s, workers, ray_address):
-            bar.advance(task)
-            if row is None:
+    with _progress(progress) as bar:
+        task = bar.add_task("frame cache", total=len(misses), status=f"{report.hits} cached")
+        for job, result, kind, reason in run(misses, params, timeout_s, workers, ray_address, frames_uri):
+            if result is None:
                 for record_id in job.record_ids:
                     reject(record_id, job.path, kind, reason)
-                continue
-            batch.append(row)
-            report.decoded += 1
-            if len(batch) >= commit_rows or sum(len(r["frames"]) for r in batch) >= COMMIT_BYTES:
+            else:
+                if "row" in result:
+                    rows.append(result["row"])
+                else:
+                    fragments.extend(result["fragments"])
+                report.decoded += 1
+                pending_videos += 1
+            bar.update(task, advance=1, status=f"{report.hits} cached, {report.decoded} decoded, "
+                                               f"{len(report.rejects)} rejected")
+            if pending_videos and (
+                pending_videos >= commit_rows
+                or time.monotonic() - last_commit >= COMMIT_SECONDS
+                or sum(len(r["frames"]) for r in rows) >= SERIAL_BATCH_BYTES
+            ):
                 commit()
         commit()
 
-    if report.version is None:
-        ds = open_frames(frames_uri)
-        report.version = ds.version if ds is not None else None
     report.failed = len(report.rejects)
     if rejects_uri:
         write_rejects(rejects_uri, report.rejects)

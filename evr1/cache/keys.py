@@ -1,8 +1,8 @@
 """Content-addressed keys for the frame cache.
 
-A key is a hash of the media bytes (not the path), every FrameParams field, the media kind and the
-rules version. Changing any of them yields a different key, so a stale entry can never be returned;
-two paths to the same bytes share one key and are decoded once.
+A key is a hash of the media bytes (not the path), the FrameParams fields that decide the pixels of
+that media kind, the kind and the rules version. Changing any of them yields a different key, so a
+stale entry can never be returned; two paths to the same bytes share one key and are decoded once.
 """
 
 from __future__ import annotations
@@ -40,17 +40,28 @@ def content_hash(path: str | os.PathLike) -> str:
     return value
 
 
-def params_json(params: FrameParams) -> str:
-    """Canonical JSON of every FrameParams field (sorted keys): stored with each row and hashed into keys."""
-    return json.dumps(dataclasses.asdict(params), sort_keys=True, separators=(",", ":"))
+# The FrameParams fields that decide each kind's pixels: an image's key ignores the video budget and
+# frame sampling (so changing them does not re-decode images), a video's ignores the image bounds.
+KEY_FIELDS: dict[str, tuple[str, ...]] = {
+    "video": tuple(f.name for f in dataclasses.fields(FrameParams) if not f.name.startswith("image_")),
+    "image": ("factor", "image_min_pixels", "image_max_pixels"),
+}
+
+
+def params_json(params: FrameParams, kind: str = "video") -> str:
+    """Canonical JSON (sorted keys) of the FrameParams fields that matter for `kind`: stored with each
+    row and hashed into its key."""
+    if kind not in KEY_FIELDS:
+        raise ValueError(f"kind must be one of {sorted(KEY_FIELDS)}, got {kind!r}")
+    values = dataclasses.asdict(params)
+    return json.dumps({name: values[name] for name in KEY_FIELDS[kind]}, sort_keys=True, separators=(",", ":"))
 
 
 def frame_key(content_hash: str, params: FrameParams, kind: str = "video") -> str:
-    """Cache key: sha256 over content hash, kind, all FrameParams fields and RULES_VERSION."""
-    if kind not in ("video", "image"):
-        raise ValueError(f"kind must be 'video' or 'image', got {kind!r}")
+    """Cache key: sha256 over content hash, kind, the kind's FrameParams fields and RULES_VERSION."""
     payload = json.dumps(
-        {"content": content_hash, "kind": kind, "params": json.loads(params_json(params)), "rules": RULES_VERSION},
+        {"content": content_hash, "kind": kind, "params": json.loads(params_json(params, kind)),
+         "rules": RULES_VERSION},
         sort_keys=True,
         separators=(",", ":"),
     )

@@ -1,9 +1,13 @@
 """The Lance `frames` dataset: one row per (media content, frame parameters) key.
 
 Frames are stored as raw uint8 bytes in a `large_binary` column with their shape beside them; the
-metadata every stage needs (native fps, sampled indices, total frames, parameters) travels in the
-same row so nothing is trusted blindly. Each `append_rows` call is one atomic Lance commit: a build
-killed halfway leaves a readable table holding every batch committed before the kill.
+metadata every stage needs (native fps, sampled indices, total frames, duration, parameters) travels
+in the same row so nothing is trusted blindly.
+
+Writing is two-phase (Lance's distributed-write pattern): any process writes data files with
+`write_fragment` and hands back small fragment descriptions; one process commits them with
+`commit_fragments`, which is atomic. Files written but never committed (a build killed in between)
+are invisible to readers and are simply redone by the next build.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Iterable, Mapping
 import lance
 import numpy as np
 import pyarrow as pa
+from lance.fragment import FragmentMetadata, write_fragments
 
 from evr1.video.clip import FrameParams, VideoClip
 from evr1.video.sampling import RULES_VERSION
@@ -30,6 +35,7 @@ FRAMES_SCHEMA = pa.schema(
         pa.field("fps", pa.float64()),  # native fps (0 for images)
         pa.field("frame_indices", pa.list_(pa.int32())),
         pa.field("timestamps", pa.list_(pa.float64())),  # index / native fps: what Qwen3-VL prints
+        pa.field("pts_seconds", pa.list_(pa.float64())),  # true presentation times (differ for VFR)
         pa.field("total_frames", pa.int64()),
         pa.field("duration", pa.float64()),
         pa.field("params", pa.string()),  # canonical JSON of FrameParams
@@ -55,24 +61,29 @@ def clip_row(
         "fps": fps,
         "frame_indices": [int(i) for i in clip.frame_indices],
         "timestamps": [i / fps if fps > 0 else 0.0 for i in clip.frame_indices],
+        "pts_seconds": [float(t) for t in clip.extra.get("pts_seconds") or []] or None,
         "total_frames": int(clip.total_frames),
         "duration": float(clip.duration),
-        "params": params_json(params),
+        "params": params_json(params, kind),
         "rules_version": RULES_VERSION,
         "source_path": source_path,
     }
 
 
-def _row_clip(row: Mapping) -> VideoClip:
-    """Rebuild a VideoClip from a row; frames are copied out so they are writable like decoded ones."""
-    frames = np.frombuffer(row["frames"], dtype=np.uint8).reshape(row["shape"]).copy()
+def _row_clip(row: Mapping, frames_buffer) -> VideoClip:
+    """Rebuild a VideoClip from a row's metadata and its frame bytes (copied once: writable, like decoded)."""
+    frames = np.frombuffer(frames_buffer, dtype=np.uint8).reshape(row["shape"]).copy()
+    extra = {"sample_fps": len(row["frame_indices"]) / row["total_frames"] * row["fps"], "video_backend": "pyav",
+             "video_total_frames": row["total_frames"], "cache_key": row["key"]}
+    if row.get("pts_seconds") is not None:
+        extra["pts_seconds"] = list(row["pts_seconds"])
     return VideoClip(
         frames=frames,
         fps=row["fps"],
         frame_indices=list(row["frame_indices"]),
         total_frames=row["total_frames"],
         duration=row["duration"],
-        extra={"sample_fps": len(row["frame_indices"]) / row["total_frames"] * row["fps"], "video_backend": "pyav"},
+        extra=extra,
     )
 
 
@@ -92,14 +103,47 @@ def existing_keys(uri: str) -> set[str]:
     return set(ds.to_table(columns=["key"]).column("key").to_pylist())
 
 
-def append_rows(uri: str, rows: Iterable[Mapping]) -> int | None:
-    """Append rows in one atomic commit (creating the table on first write); return the new version."""
+def ensure_frames(uri: str) -> lance.LanceDataset:
+    """The `frames` dataset at `uri`, created empty (version 1) when missing, so writers can append."""
+    ds = open_frames(uri)
+    if ds is not None:
+        return ds
+    try:
+        return lance.write_dataset(FRAMES_SCHEMA.empty_table(), uri, schema=FRAMES_SCHEMA, mode="create")
+    except (OSError, ValueError):  # another builder created it first
+        ds = open_frames(uri)
+        if ds is None:
+            raise
+        return ds
+
+
+def write_fragment(uri: str, rows: Iterable[Mapping]) -> list[dict]:
+    """Write rows as data files of the existing dataset at `uri` without committing them.
+
+    Returns JSON-able fragment descriptions for `commit_fragments` (small: safe to ship through Ray).
+    """
     table = pa.Table.from_pylist(list(rows), schema=FRAMES_SCHEMA)
     if table.num_rows == 0:
-        ds = open_frames(uri)
-        return ds.version if ds is not None else None
-    mode = "append" if open_frames(uri) is not None else "create"
-    return lance.write_dataset(table, uri, mode=mode, schema=FRAMES_SCHEMA).version
+        return []
+    return [f.to_json() for f in write_fragments(table, uri, schema=FRAMES_SCHEMA)]
+
+
+def commit_fragments(uri: str, fragments: Iterable[dict]) -> int:
+    """Append written fragments to `uri` in one atomic commit; return the new version.
+
+    Concurrent appends by other builders are rebased by Lance, not lost.
+    """
+    metas = [FragmentMetadata.from_json(json.dumps(f)) for f in fragments]
+    ds = ensure_frames(uri)
+    if not metas:
+        return ds.version
+    return lance.LanceDataset.commit(uri, lance.LanceOperation.Append(metas), read_version=ds.version).version
+
+
+def append_rows(uri: str, rows: Iterable[Mapping]) -> int:
+    """Write and commit rows in one atomic commit (creating the table on first write); return the version."""
+    ensure_frames(uri)
+    return commit_fragments(uri, write_fragment(uri, rows))
 
 
 class FrameStore:
@@ -147,15 +191,18 @@ class FrameStore:
             if refresh_on_miss and self.refresh():
                 return self.read(key, params=params, refresh_on_miss=False)
             return None
-        row = ds.take([offset]).to_pylist()[0]
+        table = ds.take([offset])
+        frames_buffer = table.column("frames")[0].as_buffer()  # zero-copy view of the Arrow data
+        row = table.drop_columns(["frames"]).to_pylist()[0]
         if row["key"] != key:  # never return another entry's frames
             raise RuntimeError(f"frames table {self.uri} changed under the reader (offset {offset})")
-        if params is not None and (row["params"], row["rules_version"]) != (params_json(params), RULES_VERSION):
+        expected = params_json(params, row["kind"]) if params is not None else None
+        if params is not None and (row["params"], row["rules_version"]) != (expected, RULES_VERSION):
             raise RuntimeError(
                 f"frames row {key} in {self.uri} was built with params {row['params']} / rules "
-                f"{row['rules_version']}, expected {params_json(params)} / {RULES_VERSION}"
+                f"{row['rules_version']}, expected {expected} / {RULES_VERSION}"
             )
-        return _row_clip(row)
+        return _row_clip(row, frames_buffer)
 
     def metadata(self, key: str) -> dict | None:
         """Row metadata without the frame bytes (params, shape, indices ...)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import shutil
 
 import lance
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 from evr1.cache import build_frame_cache, frame_key, content_hash
-from evr1.cache.store import existing_keys, read_clip
+from evr1.cache.store import clip_row, ensure_frames, existing_keys, read_clip, write_fragment
 from evr1.video import FrameParams, decode_video
 
 PARAMS = FrameParams(factor=28)
@@ -20,7 +21,8 @@ def root(media, tmp_path):
     """A data root holding the corpus, a second path to the same clip, and a file outside the root."""
     data = tmp_path / "data"
     data.mkdir()
-    for name in ("clip", "long", "vfr", "truncated", "empty", "audio_only", "one_frame", "text", "image"):
+    for name in ("clip", "long", "vfr", "truncated", "truncated_faststart", "empty", "audio_only", "one_frame",
+                 "text", "image", "unknown_codec", "zero_frames"):
         shutil.copy(media[name], data / media[name].name)
     (data / "sub").mkdir()
     shutil.copy(media["clip"], data / "sub" / "same_clip.mp4")
@@ -30,30 +32,36 @@ def root(media, tmp_path):
 
 GOOD = [("r-clip", "clip.mp4", "video"), ("r-long", "long.mp4", "video"), ("r-vfr", "vfr.mp4", "video"),
         ("r-img", "img.png", "image")]
+# record id -> (path under the data root, reject kind, words the reason must contain)
 BAD = {
-    "r-trunc": ("truncated.mp4", "corrupt"),
-    "r-empty": ("empty.mp4", "empty"),
-    "r-audio": ("audio.mp4", "no_video_stream"),
-    "r-one": ("one.mp4", "too_few_frames"),
-    "r-text": ("notes.mp4", "corrupt"),
-    "r-missing": ("missing.mp4", "missing"),
-    "r-outside": ("../outside.mp4", "outside_root"),
+    "r-trunc": ("truncated.mp4", "corrupt", "truncated or corrupt MP4/MOV file"),
+    "r-trunc-fs": ("truncated_faststart.mp4", "corrupt", "truncated: the header lists 32 frames"),
+    "r-empty": ("empty.mp4", "empty", "file is empty (0 bytes)"),
+    "r-audio": ("audio.mp4", "no_video_stream", "no video stream (streams: audio)"),
+    "r-one": ("one.mp4", "too_few_frames", "the video has 1 frames"),
+    "r-text": ("notes.mp4", "not_media", "not a video file"),
+    "r-codec": ("unknown_codec.mkv", "unsupported_codec", "unsupported codec"),
+    "r-zero": ("zero_frames.mkv", "zero_frames", "zero frames"),
+    "r-missing": ("missing.mp4", "missing", "file does not exist"),
+    "r-outside": ("../outside.mp4", "outside_root", "outside the data root"),
 }
 
 
 def test_corpus_good_cached_bad_rejected(root, tmp_path):
     frames, rejects = str(tmp_path / "frames.lance"), str(tmp_path / "rejects.lance")
-    items = GOOD + [(rid, path, "video") for rid, (path, _) in BAD.items()]
+    items = GOOD + [(rid, path, "video") for rid, (path, _, _) in BAD.items()]
     report = build_frame_cache(items, frames, PARAMS, data_root=root, workers=0, rejects_uri=rejects,
                                progress=False)
-    assert (report.requested, report.unique, report.hits, report.decoded) == (11, 9, 0, 4)
+    # Missing and outside-root paths are rejected before hashing; the rest are unique keys.
+    assert (report.requested, report.unique, report.hits, report.decoded) == (14, 12, 0, 4)
     assert report.failed == len(BAD) == len(report.rejects)
     got = {r["record_id"]: r for r in report.rejects}
-    for rid, (path, kind) in BAD.items():
-        assert got[rid]["kind"] == kind and got[rid]["reason"].startswith(kind), got[rid]
+    for rid, (path, kind, words) in BAD.items():
+        assert got[rid]["kind"] == kind and got[rid]["reason"].startswith(f"{kind}: "), got[rid]
+        assert words in got[rid]["reason"], got[rid]
         assert got[rid]["stage"] == "cache" and path.split("/")[-1] in got[rid]["path"]
     table = lance.dataset(rejects).to_table().to_pylist()
-    assert sorted(r["record_id"] for r in table) == sorted(BAD)
+    assert {r["record_id"]: r["reason"] for r in table} == {rid: got[rid]["reason"] for rid in BAD}
     assert set(table[0]) == {"record_id", "path", "stage", "reason"}
     # Every good item is readable, with the frames the decoder gives.
     assert len(existing_keys(frames)) == 4 and report.version == lance.dataset(frames).version
@@ -63,17 +71,31 @@ def test_corpus_good_cached_bad_rejected(root, tmp_path):
     assert image.frames.shape == (1, 56, 56, 3)
 
 
+def test_all_failures_still_leave_a_readable_table(root, tmp_path):
+    frames = str(tmp_path / "frames.lance")
+    report = build_frame_cache([("r-empty", "empty.mp4", "video")], frames, PARAMS, data_root=root, workers=0,
+                               progress=False)
+    assert (report.decoded, report.failed) == (0, 1)
+    assert lance.dataset(frames).count_rows() == 0 and report.version == lance.dataset(frames).version
+
+
 def test_incremental_dedup_and_param_change(root, tmp_path):
     frames = str(tmp_path / "frames.lance")
     items = GOOD + [("r-same", "sub/same_clip.mp4", "video")]
     first = build_frame_cache(items, frames, PARAMS, data_root=root, workers=0, progress=False)
     # Two paths to identical bytes share a key: 5 records, 4 keys, 4 decodes.
     assert (first.requested, first.unique, first.decoded) == (5, 4, 4)
+    assert lance.dataset(frames).count_rows() == 4
     again = build_frame_cache(items, frames, PARAMS, data_root=root, workers=0, progress=False)
     assert (again.hits, again.decoded, again.version) == (4, 0, first.version)
+    # A changed video parameter misses for the 3 videos (never a stale hit); the image keeps its entry.
     changed = build_frame_cache(items, frames, FrameParams(factor=28, fps=1.0), data_root=root, workers=0,
                                 progress=False)
-    assert (changed.hits, changed.decoded) == (0, 4)
+    assert (changed.hits, changed.decoded) == (1, 3)
+    # A changed image bound misses for the image only.
+    image_changed = build_frame_cache(items, frames, FrameParams(factor=28, fps=1.0, image_max_pixels=28 * 28 * 4),
+                                      data_root=root, workers=0, progress=False)
+    assert (image_changed.hits, image_changed.decoded) == (3, 1)
     assert len(existing_keys(frames)) == 8
 
 
@@ -103,3 +125,27 @@ def test_timeout_and_bad_kind_are_rejects(root, tmp_path):
                                progress=False)
     kinds = {r["record_id"]: r["kind"] for r in report.rejects}
     assert kinds == {"r-long": "timeout", "r-k": "bad_kind"} and report.decoded == 0
+
+
+def test_orphan_fragments_of_a_killed_build_are_ignored(root, tmp_path):
+    """A kill between a worker's fragment write and the driver's commit leaves files no reader sees."""
+    frames = str(tmp_path / "frames.lance")
+    ensure_frames(frames)
+    digest = content_hash(root / "clip.mp4")
+    row = clip_row(frame_key(digest, PARAMS), digest, "video", decode_video(root / "clip.mp4", PARAMS), PARAMS,
+                   str(root / "clip.mp4"))
+    write_fragment(frames, [row])  # never committed
+    assert existing_keys(frames) == set()
+    report = build_frame_cache(GOOD, frames, PARAMS, data_root=root, workers=0, progress=False)
+    assert (report.hits, report.decoded) == (0, 4) and lance.dataset(frames).count_rows() == 4
+
+
+def test_progress_bar_reports_counts(root, tmp_path):
+    from rich.console import Console
+
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=160)
+    build_frame_cache(GOOD + [("r-empty", "empty.mp4", "video")], str(tmp_path / "f.lance"), PARAMS,
+                      data_root=root, workers=0, progress=console)
+    text = out.getvalue()
+    assert "frame cache" in text and "5/5" in text and "4 decoded, 1 rejected" in text

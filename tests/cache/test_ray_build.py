@@ -51,3 +51,30 @@ def test_ray_timeout_cancels(local_ray, media, tmp_path):
     report = build_frame_cache([("long", str(media["long"]), "video")], str(tmp_path / "t.lance"), PARAMS,
                                workers=2, timeout_s=1e-6, progress=False)
     assert report.decoded == 0 and report.rejects[0]["kind"] == "timeout"
+
+
+def test_ray_workers_write_fragments_driver_commits(local_ray, media, tmp_path):
+    """Workers write fragments, the driver commits them in batches; a kill after the first commit keeps it."""
+    import lance
+
+    uri = str(tmp_path / "frames.lance")
+    items = [(name, str(media[name]), "video") for name in ("clip", "long", "vfr", "bframes", "long_gop")]
+    versions = []
+
+    class Killed(Exception):
+        pass
+
+    def die(version):
+        versions.append(version)
+        raise Killed
+
+    with pytest.raises(Killed):
+        build_frame_cache(items, uri, PARAMS, workers=2, progress=False, commit_rows=2, on_commit=die)
+    # Version 1 is the empty table; the first commit appended exactly the 2 finished fragments.
+    assert versions == [2] and lance.dataset(uri).count_rows() == 2
+    resumed = build_frame_cache(items, uri, PARAMS, workers=2, progress=False, commit_rows=2)
+    assert (resumed.hits, resumed.decoded, resumed.failed) == (2, 3, 0)
+    ds = lance.dataset(uri)
+    # 3 decodes in commits of ≤ 2: two more versions; every key once.
+    assert ds.count_rows() == 5 and ds.version == 4
+    assert len(set(ds.to_table(columns=["key"]).column("key").to_pylist())) == 5

@@ -28,6 +28,8 @@ def test_hit_equals_on_the_fly_decode(media, frames_uri):
     assert a.frames.dtype == b.frames.dtype == np.uint8 and a.frames.tobytes() == b.frames.tobytes()
     assert (a.fps, a.frame_indices, a.total_frames, a.duration) == (b.fps, b.frame_indices, b.total_frames,
                                                                     b.duration)
+    for name in ("sample_fps", "pts_seconds", "video_total_frames"):
+        assert a.extra[name] == b.extra[name], name
     assert cached.image(media["image"]).tobytes() == fresh.image(media["image"]).tobytes()
     assert cached.hits == 2 and cached.misses == 0
 
@@ -48,3 +50,35 @@ def test_reader_confines_to_data_root(media, frames_uri, tmp_path):
         reader.video(media["clip"])
     with pytest.raises(ValueError, match="mode"):
         FrameReader(frames_uri, PARAMS, mode="sometimes")
+
+
+@pytest.mark.parametrize("name", ["bframes", "vfr", "long_gop"])
+def test_fallback_is_byte_identical_to_a_hit(media, tmp_path, name):
+    """The builder's workers (one thread, any strategy) and the reader's fallback agree byte for byte."""
+    uri = str(tmp_path / "frames.lance")
+    params = FrameParams(factor=28, nframes=4)
+    prefer = FrameReader(uri, params)
+    miss = prefer.video(media[name])  # nothing cached yet: decoded on the fly
+    assert prefer.misses == 1
+    build_frame_cache([("x", str(media[name]), "video")], uri, params, workers=0, progress=False)
+    hit = FrameReader(uri, params).video(media[name])
+    assert hit.frames.tobytes() == miss.frames.tobytes() and hit.frame_indices == miss.frame_indices
+
+
+def test_two_paths_one_entry(media, frames_uri, tmp_path):
+    import shutil
+
+    copy = shutil.copy(media["clip"], tmp_path / "renamed.mp4")
+    reader = FrameReader(frames_uri, PARAMS, mode="cache-only")
+    assert reader.video(copy).frames.tobytes() == reader.video(media["clip"]).frames.tobytes()
+    assert reader.hits == 2
+
+
+def test_images_use_their_own_pixel_bounds(media, tmp_path):
+    uri = str(tmp_path / "frames.lance")
+    # A tiny video budget must not shrink the image; the image bounds alone decide its size.
+    params = FrameParams(factor=28, min_pixels=28 * 28, max_pixels=28 * 28 * 2, image_min_pixels=200 * 200)
+    build_frame_cache([("i", str(media["image"]), "image")], uri, params, workers=0, progress=False)
+    image = FrameReader(uri, params, mode="cache-only").image(media["image"])
+    assert image.shape[0] * image.shape[1] >= 200 * 200 and image.shape[0] % 28 == 0
+    assert image.tobytes() == FrameReader(None, params, mode="decode-only").image(media["image"]).tobytes()
