@@ -243,9 +243,12 @@ class JudgeConfig(Section):
     engine: Literal["hf", "vllm"] = "hf"
     model_path: str | None = None          # None: the evaluated model judges itself (smoke tests only)
     prompt: str | None = None              # a Jinja2 template (text or .jinja path); None: the built-in one
-    max_new_tokens: int = Field(256, ge=1)
+    # Room for a brief reason and the verdict; a thinking judge needs more (or enable_thinking: false below).
+    max_new_tokens: int = Field(1024, ge=1)
     temperature: float = Field(0.0, ge=0.0)
     batch_size: int = Field(8, ge=1)
+    # Passed to the judge's chat template, e.g. {enable_thinking: false} for Qwen3.
+    chat_template_kwargs: dict[str, Any] = {}
 
 
 class EvalConfig(Section):

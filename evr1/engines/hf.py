@@ -14,8 +14,9 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel
 
 from evr1.engines.base import EngineBase, Generation, SamplingParams, finish
-from evr1.models.adapter import PromptInputs, VisionLanguageAdapter, load_adapter
+from evr1.models.adapter import PromptInputs, VisionLanguageAdapter
 from evr1.models.runtime import load_model
+from evr1.models.text import TextAdapter, load_any_adapter
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -28,7 +29,7 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 class HFEngine(EngineBase):
     """Batched, seeded `model.generate` over left-padded prompts with their media."""
 
-    def __init__(self, model: PreTrainedModel, adapter: VisionLanguageAdapter, *, batch_size: int = 8) -> None:
+    def __init__(self, model: PreTrainedModel, adapter: VisionLanguageAdapter | TextAdapter, *, batch_size: int = 8) -> None:
         if batch_size < 1:
             raise ValueError(f"HFEngine: field batch_size must be ≥ 1, got {batch_size}")
         self.model = model
@@ -50,9 +51,18 @@ class HFEngine(EngineBase):
         None is what a Ray rollout/eval actor gets: Ray hides GPUs from actors that asked for none,
         so the same call lands on the GPU it was given or on the CPU.
         """
-        model = load_model(model_dir, dtype=dtype, attn_implementation=attn_implementation)
+        adapter = load_any_adapter(model_dir)
+        if adapter.family is None:  # a text-only checkpoint (an LLM judge)
+            from transformers import AutoModelForCausalLM
+
+            from evr1.models.runtime import as_dtype
+
+            model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=as_dtype(dtype),
+                                                         attn_implementation=attn_implementation).eval()
+        else:
+            model = load_model(model_dir, dtype=dtype, attn_implementation=attn_implementation)
         model = model.to(resolve_device(device))
-        return cls(model, load_adapter(model_dir), batch_size=batch_size)
+        return cls(model, adapter, batch_size=batch_size)
 
     @property
     def device(self) -> torch.device:

@@ -14,7 +14,8 @@ from os import PathLike
 from typing import Any
 
 from evr1.engines.base import EngineBase, Generation, SamplingParams
-from evr1.models.adapter import PromptInputs, VisionLanguageAdapter, load_adapter
+from evr1.models.adapter import PromptInputs, VisionLanguageAdapter
+from evr1.models.text import TextAdapter, load_any_adapter
 
 # vLLM clamps logit biases to ±100; −100 removes a token from sampling in practice.
 SUPPRESS_BIAS = -100.0
@@ -39,7 +40,7 @@ def _video_item(clip: Any) -> tuple[Any, dict[str, Any]]:
 class VLLMEngine(EngineBase):
     """`vllm.LLM` (blocking) or `vllm.v1.engine.async_llm.AsyncLLM` (asyncio) behind the Engine protocol."""
 
-    def __init__(self, llm: Any, adapter: VisionLanguageAdapter, *, asynchronous: bool = False) -> None:
+    def __init__(self, llm: Any, adapter: VisionLanguageAdapter | TextAdapter, *, asynchronous: bool = False) -> None:
         self.llm = llm
         self.adapter = adapter
         self.asynchronous = asynchronous
@@ -78,7 +79,7 @@ class VLLMEngine(EngineBase):
             from vllm import LLM
 
             llm = LLM(**args)
-        return cls(llm, load_adapter(model_dir), asynchronous=asynchronous)
+        return cls(llm, load_any_adapter(model_dir), asynchronous=asynchronous)
 
     def _request(self, prompt: PromptInputs) -> dict[str, Any]:
         data: dict[str, Any] = {}

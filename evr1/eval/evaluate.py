@@ -71,8 +71,15 @@ def judge_pass(cfg: Config, bench: Benchmark, items: list[dict], store: ResultSt
     """The LLM judge's second pass over open-ended items, then the summary again with its verdicts."""
     from evr1.eval.judge import run_judge
 
-    counts = run_judge(cfg.eval.judge, bench, items, store, default_model_dir=model_dir, device=cfg.trainer.device,
-                       concurrency=cfg.eval.concurrency, timeout_s=cfg.eval.timeout_s)
+    j = cfg.eval.judge
+    judge_dir = Path(j.model_path or model_dir)
+    engine, close = open_engine(cfg, judge_dir, engine_name=j.engine, batch_size=j.batch_size)
+    try:
+        counts = run_judge(j, bench, items, store, default_model_dir=model_dir, device=cfg.trainer.device,
+                           concurrency=cfg.eval.concurrency, timeout_s=cfg.eval.timeout_s, engine=engine,
+                           dtype=cfg.model.dtype)
+    finally:
+        close()
     again = summarise(items, store, benchmark=bench.name, group_key=bench.group_key,
                       aggregate=lambda pairs: bench.report(pairs, cfg.eval.profile), profile=cfg.eval.profile,
                       seconds=summary.seconds, engine_wait=0.0, engine_busy=0.0)
@@ -116,15 +123,16 @@ def load_items(cfg: Config, bench: Benchmark, samples_uri: str | None = None) ->
     return bench.load(cfg.eval.files.get(bench.name), annotations_dir=cfg.eval.annotations_dir)
 
 
-def open_engine(cfg: Config, model_dir: Path) -> tuple[Engine, Callable[[], None]]:
-    """The engine `cfg.rollout.engine` on `model_dir`, and how to release it.
+def open_engine(cfg: Config, model_dir: Path, *, engine_name: str | None = None,
+                batch_size: int | None = None) -> tuple[Engine, Callable[[], None]]:
+    """The engine `engine_name` (default `cfg.rollout.engine`) on `model_dir`, and how to release it.
 
     "hf" runs in this process on `cfg.trainer.device`. Any other engine runs in a Ray actor (the
     trainer's rollout worker), because this may be the Prefect flow's process, which has no vLLM.
     """
-    e = cfg.eval
-    if cfg.rollout.engine == "hf":
-        engine = make_engine("hf", model_dir=str(model_dir), batch_size=e.batch_size, dtype=cfg.model.dtype,
+    name, batch = engine_name or cfg.rollout.engine, batch_size or cfg.eval.batch_size
+    if name == "hf":
+        engine = make_engine("hf", model_dir=str(model_dir), batch_size=batch, dtype=cfg.model.dtype,
                              device=cfg.trainer.device)
         return engine, lambda: None
     from evr1.engines.remote import remote_engine
@@ -132,6 +140,6 @@ def open_engine(cfg: Config, model_dir: Path) -> tuple[Engine, Callable[[], None
 
     o = cfg.orchestration
     ensure_ray(o.ray_address, num_cpus=o.ray_num_cpus, object_store_mb=o.ray_object_store_mb)
-    remote = remote_engine(model_dir, cfg.rollout.engine, batch_size=e.batch_size, dtype=cfg.model.dtype,
+    remote = remote_engine(model_dir, name, batch_size=batch, dtype=cfg.model.dtype,
                            num_gpus=1 if cfg.trainer.device == "cuda" else 0)
     return remote, remote.shutdown

@@ -283,5 +283,5 @@ def run_judge(settings: Any, bench: Any, items: Sequence[Mapping[str, Any]], sto
               timeout_s: float = 600.0, engine: Engine | None = None, dtype: str = "float32") -> dict[str, int]:
     """The eval stage's judge pass for benchmark `bench` (its `needs_judge`): the counts as a dict."""
     judge = open_judge(settings, model_dir=default_model_dir, engine=engine, device=device, dtype=dtype,
-                       timeout_s=timeout_s)
+                       timeout_s=timeout_s, chat_template_kwargs=getattr(settings, "chat_template_kwargs", None))
     return asdict(judge_results(items, store, judge, bench.needs_judge, concurrency=concurrency))

@@ -259,3 +259,26 @@ def make_tiny(family: str, out_dir: str | PathLike, *, seed: int = 0, **size_ove
     (out / "preprocessor_config.json").write_text(json.dumps(image_cfg, indent=2, sort_keys=True) + "\n")
     (out / "video_preprocessor_config.json").write_text(json.dumps(video_cfg, indent=2, sort_keys=True) + "\n")
     return out
+
+
+def make_tiny_text(out_dir: str | PathLike, *, seed: int = 0) -> Path:
+    """A random-weight text-only Qwen3 causal LM with the tiny tokenizer (an offline stand-in for an
+    LLM judge such as Qwen3-32B), saved as an ordinary Hugging Face directory."""
+    import shutil
+    import tempfile
+
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        vl = make_tiny("qwen3_vl", Path(tmp) / "vl", seed=seed)
+        for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
+            if (vl / name).exists():
+                shutil.copy(vl / name, out / name)
+        vocab = len(AutoTokenizer.from_pretrained(str(vl)))
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=512)
+    Qwen3ForCausalLM(cfg).save_pretrained(out)
+    return out

@@ -21,6 +21,7 @@ from evr1.eval.judge import (DEFAULT_TEMPLATE, ChatPrompter, Judge, JudgeError, 
 from evr1.eval.runner import summarise
 from evr1.models import make_tiny
 from evr1.models.adapter import PromptInputs
+from evr1.models.tiny import make_tiny_text
 
 
 @pytest.mark.parametrize("output, expected", [
@@ -217,10 +218,13 @@ def test_prompts_go_through_the_judge_chat_template(judge_dir):
     assert len(p.input_ids) == len(p.mm_token_type_ids) and set(p.mm_token_type_ids) == {0} and p.mm == {}
 
 
-def test_tiny_hf_model_as_judge(tmp_path, judge_dir):
+@pytest.mark.parametrize("kind", ["vision-language", "text-only"])
+def test_tiny_hf_model_as_judge(tmp_path, judge_dir, kind):
     store = seeded_store(tmp_path / "results.jsonl")
-    # The eval stage's entry point; model_path None means the evaluated model judges itself.
-    settings = JudgeConfig(engine="hf", model_path=None, max_new_tokens=6, batch_size=2)
+    # The eval stage's entry point; model_path None means the evaluated model judges itself, and a
+    # text-only LLM (what a real judge such as Qwen3-32B is) loads through the same engine.
+    text_dir = str(make_tiny_text(tmp_path / "text-judge")) if kind == "text-only" else None
+    settings = JudgeConfig(engine="hf", model_path=text_dir, max_new_tokens=6, batch_size=2)
     counts = run_judge(settings, SimpleNamespace(needs_judge=open_ended), ITEMS, store, default_model_dir=judge_dir,
                        device="cpu", concurrency=2, timeout_s=120)
     assert set(counts) == {"pending", "judged", "correct", "unparseable", "failed", "skipped"}

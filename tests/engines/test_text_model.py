@@ -1,0 +1,44 @@
+"""Text-only checkpoints (an LLM judge) load through the same engines: a tiny random-weight Qwen3 causal
+LM with the tiny tokenizer, saved as an ordinary Hugging Face directory."""
+
+import pytest
+import torch
+
+from evr1.engines import SamplingParams, make_engine
+from evr1.models import make_tiny
+from evr1.models.tiny import make_tiny_text
+from evr1.models.text import TextAdapter, is_vision_language, load_any_adapter
+
+
+@pytest.fixture(scope="module")
+def text_model_dir(tmp_path_factory):
+    return make_tiny_text(tmp_path_factory.mktemp("text")), make_tiny("qwen3_vl", tmp_path_factory.mktemp("vl"))
+
+
+def test_a_text_model_gets_the_text_adapter_and_a_vl_model_the_vl_one(text_model_dir):
+    text, vl = text_model_dir
+    assert not is_vision_language(text) and is_vision_language(vl)
+    adapter = load_any_adapter(text)
+    assert isinstance(adapter, TextAdapter) and adapter.eos_token_ids and adapter.vision_token_ids == []
+    assert load_any_adapter(vl).family.name == "qwen3_vl"
+
+
+def test_hf_engine_generates_with_a_text_model(text_model_dir):
+    from evr1.eval.judge import ChatPrompter
+
+    text, _ = text_model_dir
+    engine = make_engine("hf", model_dir=str(text), batch_size=2, device="cpu")
+    prompter = ChatPrompter(text)
+    prompts = [prompter("Is 2 + 2 = 4?"), prompter("Name a colour, briefly please.")]
+    out = engine.generate(prompts, SamplingParams(n=1, max_new_tokens=5, temperature=0.0, seed=0))
+    assert len(out) == 2 and all(len(g[0].token_ids) <= 5 for g in out)
+    again = engine.generate(prompts, SamplingParams(n=1, max_new_tokens=5, temperature=0.0, seed=0))
+    assert [g[0].token_ids for g in out] == [g[0].token_ids for g in again]  # greedy is deterministic
+
+
+def test_text_adapter_refuses_media(text_model_dir):
+    from evr1.models.adapter import PromptInputs
+
+    adapter = TextAdapter(text_model_dir[0])
+    with pytest.raises(ValueError, match="text-only model"):
+        adapter.collate([PromptInputs([1, 2], [0, 0], {"pixel_values": torch.zeros(1)}, "x")])
