@@ -22,6 +22,7 @@ from evr1.engines import SamplingParams
 from evr1.eval.store import ResultStore
 
 _DONE = object()
+_RETRY_ALONE = object()
 
 
 @dataclass
@@ -106,14 +107,24 @@ async def run_items(items: Sequence[Mapping], *, load: Callable[[Mapping], Any],
                 batch.append(nxt)
             w1 = time.perf_counter()
             waits["engine_wait"] += w1 - w0
-            outs = await generate_once([inp for _, inp in batch], [item for item, _ in batch])
+            outs = await generate_once([inp for _, inp in batch], [item for item, _ in batch],
+                                       record_errors=len(batch) == 1)
+            if outs is _RETRY_ALONE:
+                # One bad item (an over-long prompt, a corrupt tensor) failed the whole call: ask again
+                # one item at a time, so only the item that fails alone is recorded as failed.
+                outs = [await generate_once([inp], [item]) for item, inp in batch]
+                outs = [o[0] if o is not None else None for o in outs]
             waits["engine_busy"] += time.perf_counter() - w1
             if outs is not None:
                 for k, (item, _) in enumerate(batch):
-                    await scored.put((item, outs[k][0].text))
+                    if outs[k] is not None:
+                        await scored.put((item, outs[k][0].text))
 
-    async def generate_once(prompts: list, batch_items: list[Mapping]) -> list | None:
+    async def generate_once(prompts: list, batch_items: list[Mapping], *, record_errors: bool = True):
         """One engine call; its items are recorded as failed on error or timeout (then None).
+
+        With `record_errors=False` an engine error returns `_RETRY_ALONE` instead (a timeout is never
+        retried: it would cost the timeout once per item).
 
         Engines are not thread-safe and `agenerate` usually runs in a worker thread that a timeout
         cannot stop, so after a timeout this still waits for the call to return: the next batch
@@ -131,6 +142,8 @@ async def run_items(items: Sequence[Mapping], *, load: Callable[[Mapping], Any],
         if call.cancelled():
             raise asyncio.CancelledError
         if call.exception() is not None:
+            if not record_errors:
+                return _RETRY_ALONE
             for item in batch_items:
                 fail(item, "generate", call.exception())
             return None

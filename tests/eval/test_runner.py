@@ -159,3 +159,21 @@ def test_a_timed_out_generation_fails_its_batch_and_never_overlaps_the_next(tmp_
     assert list(errors.values()) == ["generation timed out after 0.5 s"]
     assert all(store.results[rid]["stage"] == "generate" for rid in errors)
     assert summary.failed == 1 and summary.scored == 5 and summary.score == pytest.approx(5 / 6)
+
+
+def test_an_engine_error_in_a_batch_fails_only_the_item_that_fails_alone(tmp_path):
+    store = ResultStore(tmp_path / "r.jsonl")
+    engine = EchoEngine(fail_on={"a7"}, delay=0.2)  # slow calls: the next batches fill up meanwhile
+    seen = []
+    agenerate = engine.agenerate
+
+    async def recording(prompts, params):
+        seen.append(list(prompts))
+        return await agenerate(prompts, params)
+
+    engine.agenerate = recording
+    summary = run(ITEMS, store, engine, batch_size=4, concurrency=4)
+    assert any("a7" in call and len(call) > 1 for call in seen), seen  # the failing item was batched
+    assert summary.failed == 1 and summary.scored == 19
+    assert "engine exploded" in store.results["q7"]["error"] and store.results["q7"]["stage"] == "generate"
+    assert all(store.results[f"q{i}"]["score"] == 1.0 for i in range(20) if i != 7)
