@@ -24,7 +24,7 @@ from rich.console import Console
 
 from evr1.cache.keys import content_hash, frame_key
 from evr1.cache.paths import resolve_media_path
-from evr1.cache.store import clip_row, commit_fragments, ensure_frames, existing_keys, open_frames, write_fragment
+from evr1.cache.store import clip_row, commit_fragments, ensure_frames, existing_keys, open_table, write_fragment
 from evr1.video.clip import FrameParams, VideoClip
 from evr1.video.decode import decode_video, load_image
 from evr1.video.errors import MediaDecodeError
@@ -94,7 +94,7 @@ def decode_row(job: _Job, params: FrameParams, timeout_s: float | None, threads:
 def decode_fragment(job: _Job, params: FrameParams, timeout_s: float | None, frames_uri: str) -> dict:
     """Ray task: decode one job with one decoder thread and write its row as an uncommitted fragment.
 
-    Returns {"fragments": [...], "frames": T, "bytes": n}; the driver commits the fragments.
+    Returns {"fragments": [...], "frames": T, "bytes": stored bytes}; the driver commits the fragments.
     """
     import torch
 
@@ -228,7 +228,7 @@ def write_rejects(uri: str, rejects: list[dict]) -> int | None:
     """
     if not rejects:
         return None
-    existing = open_frames(uri)
+    existing = open_table(uri)
     schema = existing.schema if existing is not None else REJECTS_SCHEMA
     missing = [f.name for f in REJECTS_SCHEMA if f.name not in schema.names]
     if missing:

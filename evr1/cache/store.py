@@ -1,63 +1,99 @@
 """The Lance `frames` dataset: one row per (media content, frame parameters) key.
 
-Frames are stored as raw uint8 bytes in a `large_binary` column with their shape beside them; the
-metadata every stage needs (native fps, sampled indices, total frames, duration, parameters) travels
-in the same row so nothing is trusted blindly.
+Frames are stored losslessly as one LZ4 block per frame (`codec.py`) in a Lance blob column kept
+inline in the row's data file, with their shape and per-frame sizes beside them; the metadata every
+stage needs (native fps, sampled indices, total frames, duration, parameters) travels in the same row
+so nothing is trusted blindly.
+
+Reading: Lance's own readers (`take`, `take_blobs`, `read_blobs`) copy a 50 MB value several times
+(~60 ms). For a local table the store therefore asks Lance only for the blob's descriptor (data file,
+byte position, size: the public blob-v2 descriptor) and decompresses straight from the memory-mapped
+data file into the returned array; anything else (object stores, other descriptor kinds) goes
+through `take_blobs`. Both give the same bytes (tested).
 
 Writing is two-phase (Lance's distributed-write pattern): any process writes data files with
 `write_fragment` and hands back small fragment descriptions; one process commits them with
 `commit_fragments`, which is atomic. Files written but never committed (a build killed in between)
 are invisible to readers and are simply redone by the next build.
+
+`STORE_FORMAT` is stored in the table's schema metadata; a table of another format (e.g. format 1:
+raw bytes in a plain `large_binary` column) is refused with `FramesFormatError`, never misread.
 """
 
 from __future__ import annotations
 
 import json
+import mmap
+import os
 import threading
 from collections.abc import Iterable, Mapping
 
 import lance
 import numpy as np
 import pyarrow as pa
+from lance import blob_array, blob_field
 from lance.fragment import FragmentMetadata, write_fragments
 
+from evr1.cache.codec import CODEC, decode_frames, encode_frames
+from evr1.cache.keys import params_json
 from evr1.video.clip import FrameParams, VideoClip
 from evr1.video.sampling import RULES_VERSION
-from evr1.cache.keys import params_json
 
+STORE_FORMAT = "2"  # bump whenever the stored layout of a row changes
+FORMAT_META_KEY = b"evr1.frames_format"
+LANCE_FILE_VERSION = "2.2"  # blob v2 needs file format >= 2.2
+_INLINE = 1 << 40  # blob size thresholds: keep every payload inline in its row's data file
+_BLOB_KIND_INLINE = 0  # blob-v2 descriptor kind: bytes at `position` in the row's own data file
+
+_META_FIELDS = [
+    pa.field("key", pa.string(), nullable=False),
+    pa.field("content_hash", pa.string(), nullable=False),
+    pa.field("kind", pa.string(), nullable=False),  # video | image
+    pa.field("shape", pa.list_(pa.int32()), nullable=False),  # (T, H, W, 3); T = 1 for images
+    pa.field("codec", pa.string(), nullable=False),  # codec.CODEC
+    pa.field("frame_sizes", pa.list_(pa.int64()), nullable=False),  # stored bytes per frame, in order
+    pa.field("fps", pa.float64()),  # native fps (0 for images)
+    pa.field("frame_indices", pa.list_(pa.int32())),
+    pa.field("timestamps", pa.list_(pa.float64())),  # index / native fps: what Qwen3-VL prints
+    pa.field("pts_seconds", pa.list_(pa.float64())),  # true presentation times (differ for VFR)
+    pa.field("total_frames", pa.int64()),
+    pa.field("duration", pa.float64()),
+    pa.field("params", pa.string()),  # canonical JSON of FrameParams
+    pa.field("rules_version", pa.string()),
+    pa.field("source_path", pa.string()),  # first path seen with this content
+]
+_META_SCHEMA = pa.schema(_META_FIELDS)
+_META_COLUMNS = [f.name for f in _META_FIELDS]
 FRAMES_SCHEMA = pa.schema(
-    [
-        pa.field("key", pa.string(), nullable=False),
-        pa.field("content_hash", pa.string(), nullable=False),
-        pa.field("kind", pa.string(), nullable=False),  # video | image
-        pa.field("frames", pa.large_binary(), nullable=False),  # uint8, C order, `shape`
-        pa.field("shape", pa.list_(pa.int32()), nullable=False),  # (T, H, W, 3); T = 1 for images
-        pa.field("fps", pa.float64()),  # native fps (0 for images)
-        pa.field("frame_indices", pa.list_(pa.int32())),
-        pa.field("timestamps", pa.list_(pa.float64())),  # index / native fps: what Qwen3-VL prints
-        pa.field("pts_seconds", pa.list_(pa.float64())),  # true presentation times (differ for VFR)
-        pa.field("total_frames", pa.int64()),
-        pa.field("duration", pa.float64()),
-        pa.field("params", pa.string()),  # canonical JSON of FrameParams
-        pa.field("rules_version", pa.string()),
-        pa.field("source_path", pa.string()),  # first path seen with this content
-    ]
+    _META_FIELDS[:3]
+    + [blob_field("frames", nullable=False, inline_size_threshold=_INLINE, dedicated_size_threshold=_INLINE)]
+    + _META_FIELDS[3:],
+    metadata={FORMAT_META_KEY: STORE_FORMAT.encode()},
 )
-_META_COLUMNS = [f.name for f in FRAMES_SCHEMA if f.name != "frames"]
+
+
+class FramesFormatError(RuntimeError):
+    """The table at a frames uri was written in another store format (never read as this one)."""
 
 
 def clip_row(
     key: str, content_hash: str, kind: str, clip: VideoClip, params: FrameParams, source_path: str
 ) -> dict:
-    """A `frames` row for a decoded clip (images: a VideoClip with one frame, fps 0)."""
+    """A `frames` row for a decoded clip (images: a VideoClip with one frame, fps 0).
+
+    `frames` holds the encoded payload (see codec.py), not the raw pixels.
+    """
     frames = np.ascontiguousarray(clip.frames, dtype=np.uint8)
+    payload, sizes = encode_frames(frames)
     fps = float(clip.fps)
     return {
         "key": key,
         "content_hash": content_hash,
         "kind": kind,
-        "frames": frames.tobytes(),
+        "frames": payload,
         "shape": list(frames.shape),
+        "codec": CODEC,
+        "frame_sizes": sizes,
         "fps": fps,
         "frame_indices": [int(i) for i in clip.frame_indices],
         "timestamps": [i / fps if fps > 0 else 0.0 for i in clip.frame_indices],
@@ -70,9 +106,8 @@ def clip_row(
     }
 
 
-def _row_clip(row: Mapping, frames_buffer) -> VideoClip:
-    """Rebuild a VideoClip from a row's metadata and its frame bytes (copied once: writable, like decoded)."""
-    frames = np.frombuffer(frames_buffer, dtype=np.uint8).reshape(row["shape"]).copy()
+def _row_clip(row: Mapping, frames: np.ndarray) -> VideoClip:
+    """Rebuild a VideoClip from a row's metadata and its decoded frames."""
     extra = {"sample_fps": len(row["frame_indices"]) / row["total_frames"] * row["fps"], "video_backend": "pyav",
              "video_total_frames": row["total_frames"], "cache_key": row["key"]}
     if row.get("pts_seconds") is not None:
@@ -87,12 +122,32 @@ def _row_clip(row: Mapping, frames_buffer) -> VideoClip:
     )
 
 
-def open_frames(uri: str) -> lance.LanceDataset | None:
-    """The latest version of the `frames` dataset, or None when nothing was written there yet."""
+def open_table(uri: str) -> lance.LanceDataset | None:
+    """The latest version of any Lance dataset at `uri`, or None when nothing was written there yet."""
     try:
         return lance.dataset(uri)
     except (ValueError, FileNotFoundError, OSError):
         return None
+
+
+def check_format(ds: lance.LanceDataset, uri: str) -> lance.LanceDataset:
+    """`ds` when it is a frames table of STORE_FORMAT, else FramesFormatError naming the uri and format."""
+    found = (ds.schema.metadata or {}).get(FORMAT_META_KEY, b"1").decode()  # format 1 had no marker
+    if found != STORE_FORMAT:
+        raise FramesFormatError(
+            f"frames table {uri} has store format {found}; this evr1 reads and writes format {STORE_FORMAT}. "
+            "Delete the table (it is a cache) or set another cache uri, then rebuild it"
+        )
+    return ds
+
+
+def open_frames(uri: str) -> lance.LanceDataset | None:
+    """The latest version of the `frames` dataset, or None when nothing was written there yet.
+
+    Raises FramesFormatError for a table of another store format.
+    """
+    ds = open_table(uri)
+    return None if ds is None else check_format(ds, uri)
 
 
 def existing_keys(uri: str) -> set[str]:
@@ -109,7 +164,8 @@ def ensure_frames(uri: str) -> lance.LanceDataset:
     if ds is not None:
         return ds
     try:
-        return lance.write_dataset(FRAMES_SCHEMA.empty_table(), uri, schema=FRAMES_SCHEMA, mode="create")
+        return lance.write_dataset(FRAMES_SCHEMA.empty_table(), uri, schema=FRAMES_SCHEMA, mode="create",
+                                   data_storage_version=LANCE_FILE_VERSION)
     except (OSError, ValueError):  # another builder created it first
         ds = open_frames(uri)
         if ds is None:
@@ -117,15 +173,24 @@ def ensure_frames(uri: str) -> lance.LanceDataset:
         return ds
 
 
+def _rows_table(rows: list[Mapping]) -> pa.Table:
+    meta = pa.Table.from_pylist(rows, schema=_META_SCHEMA)
+    frames = blob_array([row["frames"] for row in rows])
+    columns = [frames if name == "frames" else meta.column(name) for name in FRAMES_SCHEMA.names]
+    return pa.Table.from_arrays(columns, schema=FRAMES_SCHEMA)
+
+
 def write_fragment(uri: str, rows: Iterable[Mapping]) -> list[dict]:
     """Write rows as data files of the existing dataset at `uri` without committing them.
 
     Returns JSON-able fragment descriptions for `commit_fragments` (small: safe to ship through Ray).
     """
-    table = pa.Table.from_pylist(list(rows), schema=FRAMES_SCHEMA)
-    if table.num_rows == 0:
+    rows = list(rows)
+    if not rows:
         return []
-    return [f.to_json() for f in write_fragments(table, uri, schema=FRAMES_SCHEMA)]
+    table = _rows_table(rows)
+    return [f.to_json() for f in write_fragments(table, uri, schema=FRAMES_SCHEMA,
+                                                 data_storage_version=LANCE_FILE_VERSION)]
 
 
 def commit_fragments(uri: str, fragments: Iterable[dict]) -> int:
@@ -146,6 +211,27 @@ def append_rows(uri: str, rows: Iterable[Mapping]) -> int:
     return commit_fragments(uri, write_fragment(uri, rows))
 
 
+def _local_root(uri: str) -> str | None:
+    """The absolute local directory of a dataset uri (so a later chdir does not matter), or None for
+    object stores."""
+    if uri.startswith("file://"):
+        uri = uri[len("file://"):]
+    return None if "://" in uri else os.path.abspath(uri)
+
+
+def _data_files(ds: lance.LanceDataset, root: str | None) -> dict[int, str]:
+    """fragment id → local path of its only data file (fragments with several files, other storage
+    bases or a remote table are left out: their blobs are read through Lance)."""
+    if root is None:
+        return {}
+    files = {}
+    for fragment in ds.get_fragments():
+        data = fragment.data_files()
+        if len(data) == 1 and data[0].base_id is None:
+            files[fragment.fragment_id] = os.path.join(root, "data", data[0].path)
+    return files
+
+
 class FrameStore:
     """An opened `frames` table with a key → row offset map, for O(1) reads by key.
 
@@ -158,15 +244,18 @@ class FrameStore:
         self._lock = threading.Lock()
         self._ds: lance.LanceDataset | None = None
         self._offsets: dict[str, int] = {}
+        self._files: dict[int, str] = {}
         self._load()
 
     def _load(self) -> None:
         ds = open_frames(self.uri)
         offsets: dict[str, int] = {}
+        files: dict[int, str] = {}
         if ds is not None:
             for offset, key in enumerate(ds.to_table(columns=["key"]).column("key").to_pylist()):
                 offsets.setdefault(key, offset)  # a key written twice by racing builders: first wins
-        self._ds, self._offsets = ds, offsets
+            files = _data_files(ds, _local_root(ds.uri))
+        self._ds, self._offsets, self._files = ds, offsets, files
 
     def refresh(self) -> bool:
         """Re-open if a newer version exists; return whether anything changed."""
@@ -180,20 +269,38 @@ class FrameStore:
     def __contains__(self, key: str) -> bool:
         return key in self._offsets
 
+    def _frames(self, ds: lance.LanceDataset, files: dict[int, str], offset: int, row: Mapping) -> np.ndarray:
+        """Decode a row's frames: from the memory-mapped data file when the blob is inline in a local
+        file, else through Lance's `take_blobs`."""
+        what = f"frames row {row['key']} in {self.uri}"
+        if row["codec"] != CODEC:
+            raise FramesFormatError(f"{what}: codec {row['codec']!r}, this evr1 reads {CODEC!r}")
+        blob, path = row["frames"], files.get(row["_rowaddr"] >> 32)
+        if blob["kind"] == _BLOB_KIND_INLINE and path is not None:
+            with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                if blob["position"] + blob["size"] <= len(mapped):
+                    view = memoryview(mapped)[blob["position"] : blob["position"] + blob["size"]]
+                    try:
+                        return decode_frames(view, row["frame_sizes"], row["shape"], what)
+                    finally:
+                        view.release()
+        handle = ds.take_blobs("frames", indices=[offset], buffer_size=0)[0]
+        payload = bytearray(handle.size())
+        handle.readinto(payload)
+        return decode_frames(payload, row["frame_sizes"], row["shape"], what)
+
     def read(
         self, key: str, *, params: FrameParams | None = None, refresh_on_miss: bool = True
     ) -> VideoClip | None:
         """The clip for `key` or None. With `params`, the stored parameters and rules must match too
-        (spec §7.1 item 12: never trust a cache entry blindly)."""
+        (spec §7.1 item 12: never trust a cache entry blindly). The frames are a fresh writable array."""
         with self._lock:
-            offset, ds = self._offsets.get(key), self._ds
+            offset, ds, files = self._offsets.get(key), self._ds, self._files
         if offset is None:
             if refresh_on_miss and self.refresh():
                 return self.read(key, params=params, refresh_on_miss=False)
             return None
-        table = ds.take([offset])
-        frames_buffer = table.column("frames")[0].as_buffer()  # zero-copy view of the Arrow data
-        row = table.drop_columns(["frames"]).to_pylist()[0]
+        row = ds.take([offset], columns=[*_META_COLUMNS, "frames", "_rowaddr"]).to_pylist()[0]
         if row["key"] != key:  # never return another entry's frames
             raise RuntimeError(f"frames table {self.uri} changed under the reader (offset {offset})")
         expected = params_json(params, row["kind"]) if params is not None else None
@@ -202,7 +309,7 @@ class FrameStore:
                 f"frames row {key} in {self.uri} was built with params {row['params']} / rules "
                 f"{row['rules_version']}, expected {expected} / {RULES_VERSION}"
             )
-        return _row_clip(row, frames_buffer)
+        return _row_clip(row, self._frames(ds, files, offset, row))
 
     def metadata(self, key: str) -> dict | None:
         """Row metadata without the frame bytes (params, shape, indices ...)."""

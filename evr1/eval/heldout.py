@@ -30,6 +30,6 @@ def _score(output: str, item: Mapping) -> dict[str, float]:
 
 HELDOUT = register_benchmark(Benchmark(
     name="heldout", title="Held-out split", load_fn=_load, prompt=_prompt, score=_score,
-    aggregate=accuracy("problem_type"), extra={"single_profile": True},
+    aggregate=accuracy(), extra={"single_profile": True},  # the groups (problem types) are the breakdown
     description="The held-out split of the run's own dataset, scored with the training reward's accuracy.",
 ))

@@ -108,16 +108,16 @@ def test_uncommitted_fragments_are_invisible_until_committed(media, tmp_path):
     uri = str(tmp_path / "frames.lance")
     assert ensure_frames(uri).version == 1 and ensure_frames(uri).count_rows() == 0  # idempotent
     params = FrameParams(factor=28)
-    rows = []
+    rows, clips = [], []
     for name in ("clip", "long"):
         digest = content_hash(media[name])
-        rows.append(clip_row(frame_key(digest, params), digest, "video", decode_video(media[name], params), params,
-                             str(media[name])))
+        clips.append(decode_video(media[name], params))
+        rows.append(clip_row(frame_key(digest, params), digest, "video", clips[-1], params, str(media[name])))
     fragments = write_fragment(uri, rows[:1]) + write_fragment(uri, rows[1:])
     assert json.loads(json.dumps(fragments)) == fragments  # plain JSON: cheap to ship through Ray
     store = FrameStore(uri)
     assert existing_keys(uri) == set() and rows[0]["key"] not in store
     version = commit_fragments(uri, fragments)
     assert version == 2 and existing_keys(uri) == {r["key"] for r in rows}
-    assert store.read(rows[1]["key"]).frames.tobytes() == rows[1]["frames"]  # the store refreshes on a miss
+    assert store.read(rows[1]["key"]).frames.tobytes() == clips[1].frames.tobytes()  # the store refreshes on a miss
     assert commit_fragments(uri, []) == version  # nothing to commit: no new version
