@@ -67,7 +67,13 @@ class Engine(Protocol):
 
 
 class EngineBase(abc.ABC):
-    """Shared behaviour: `agenerate` runs the blocking `generate` in a worker thread for asyncio callers."""
+    """Shared behaviour: `agenerate` runs the blocking `generate` in a worker thread for asyncio callers.
+
+    `concurrent` says whether `agenerate` calls may overlap (vLLM's AsyncLLM batches requests
+    continuously); the eval runner then keeps several calls in flight instead of one at a time.
+    """
+
+    concurrent: bool = False
 
     @abc.abstractmethod
     def generate(self, prompts: Sequence[PromptInputs], params: SamplingParams) -> list[list[Generation]]:
@@ -108,7 +114,7 @@ def engine_class(name: str) -> type:
 
 # Keywords callers (the rollout worker, eval) pass to every engine whatever its name; an engine
 # that has no use for one (vLLM batches by itself and picks its own device) simply does not get it.
-COMMON_KWARGS: frozenset[str] = frozenset({"batch_size", "device", "dtype"})
+COMMON_KWARGS: frozenset[str] = frozenset({"batch_size", "device", "dtype", "asynchronous"})
 
 
 def engine_kwargs(name: str, factory: Callable[..., Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """An engine that lives in a Ray actor: the caller's process never imports the engine's libraries.
 
 The Prefect flow's process has no vLLM (it lives only in the GPU worker image), so eval with
-`rollout.engine: vllm` runs the engine inside the trainer's `RolloutWorker` actor and talks to it
-through its `generate(prompts, params: dict) -> list[list[dict]]` contract. Prompts are sent as
-`PromptInputs` (already tokenised, media preprocessed), exactly as in training.
+`rollout.engine: vllm` runs the engine inside an `EngineWorker` actor (`evr1/engines/worker.py`)
+and talks to it through its `generate(prompts, params: dict) -> list[list[dict]]` contract. Prompts
+are sent as `PromptInputs` (already tokenised, media preprocessed), exactly as in training. An
+engine that takes overlapping calls (vLLM's AsyncLLM) makes this one `concurrent` too.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ def _generations(rows: list[list[dict]]) -> list[list[Generation]]:
 class RemoteEngine(EngineBase):
     """The Engine protocol over a Ray actor handle with `generate(prompts, params: dict) -> list[list[dict]]`."""
 
-    def __init__(self, actor: Any) -> None:
+    def __init__(self, actor: Any, *, concurrent: bool = False) -> None:
         self.actor = actor
+        self.concurrent = concurrent
 
     def _call(self, prompts: Sequence[PromptInputs], params: SamplingParams) -> ray.ObjectRef:
         return self.actor.generate.remote(list(prompts), dataclasses.asdict(params))
@@ -48,21 +50,22 @@ class RemoteEngine(EngineBase):
 
 
 def remote_engine(model_dir: str | PathLike, engine: str, *, batch_size: int, dtype: str,
-                  num_gpus: float = 0) -> RemoteEngine:
-    """Start a `RolloutWorker` actor running engine `engine` on `model_dir` and wait until it is built.
+                  num_gpus: float = 0, asynchronous: bool = False, max_concurrency: int = 64) -> RemoteEngine:
+    """Start an `EngineWorker` actor running engine `engine` on `model_dir` and wait until it is built.
 
-    Waiting here turns a worker that cannot start (no vLLM in its image, no GPU, a bad checkpoint)
-    into one clear error now, instead of every eval item failing with it later. Ray must be started
-    (`evr1.train.ray_utils.ensure_ray`).
+    `asynchronous=True` asks vLLM for its AsyncLLM (other engines ignore it); the actor then serves up
+    to `max_concurrency` calls at once. Waiting here turns a worker that cannot start (no vLLM in its
+    image, no GPU, a bad checkpoint) into one clear error now, instead of every eval item failing
+    with it later. Ray must be started (`evr1.train.ray_utils.ensure_ray`).
     """
-    # Imported here: the worker module imports torch, which a caller holding only the handle never needs.
-    from evr1.train.rollout_worker import RolloutWorker
+    from evr1.engines.worker import EngineWorker
 
-    actor_cls = ray.remote(num_cpus=0, num_gpus=num_gpus)(RolloutWorker)
-    actor = actor_cls.remote(str(model_dir), engine, {"batch_size": batch_size, "dtype": dtype})
+    actor_cls = ray.remote(num_cpus=0, num_gpus=num_gpus, max_concurrency=max_concurrency)(EngineWorker)
+    options = {"batch_size": batch_size, "dtype": dtype, "asynchronous": asynchronous}
+    actor = actor_cls.remote(str(model_dir), engine, options)
     try:
-        ray.get(actor.__ray_ready__.remote())
+        concurrent = bool(ray.get(actor.concurrent.remote()))
     except BaseException:
         ray.kill(actor)
         raise
-    return RemoteEngine(actor)
+    return RemoteEngine(actor, concurrent=concurrent)

@@ -44,6 +44,7 @@ class VLLMEngine(EngineBase):
         self.llm = llm
         self.adapter = adapter
         self.asynchronous = asynchronous
+        self.concurrent = asynchronous  # AsyncLLM: overlapping requests are what it is for
 
     @classmethod
     def from_pretrained(

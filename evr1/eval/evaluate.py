@@ -127,8 +127,9 @@ def open_engine(cfg: Config, model_dir: Path, *, engine_name: str | None = None,
                 batch_size: int | None = None) -> tuple[Engine, Callable[[], None]]:
     """The engine `engine_name` (default `cfg.rollout.engine`) on `model_dir`, and how to release it.
 
-    "hf" runs in this process on `cfg.trainer.device`. Any other engine runs in a Ray actor (the
-    trainer's rollout worker), because this may be the Prefect flow's process, which has no vLLM.
+    "hf" runs in this process on `cfg.trainer.device`. Any other engine runs in a Ray actor
+    (`EngineWorker`), because this may be the Prefect flow's process, which has no vLLM; vLLM runs
+    there as AsyncLLM, and the runner keeps `eval.concurrency` requests in flight.
     """
     name, batch = engine_name or cfg.rollout.engine, batch_size or cfg.eval.batch_size
     if name == "hf":
@@ -140,6 +141,6 @@ def open_engine(cfg: Config, model_dir: Path, *, engine_name: str | None = None,
 
     o = cfg.orchestration
     ensure_ray(o.ray_address, num_cpus=o.ray_num_cpus, object_store_mb=o.ray_object_store_mb)
-    remote = remote_engine(model_dir, name, batch_size=batch, dtype=cfg.model.dtype,
+    remote = remote_engine(model_dir, name, batch_size=batch, dtype=cfg.model.dtype, asynchronous=True,
                            num_gpus=1 if cfg.trainer.device == "cuda" else 0)
     return remote, remote.shutdown

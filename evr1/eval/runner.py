@@ -4,7 +4,10 @@ Loading (cache reads, decoding, tokenising) runs in threads with a concurrency l
 per item, so it overlaps generation; the engine takes whatever is ready, up to a batch. A failing
 or hanging load is recorded with its error and counted as wrong, never hangs the run. A generation
 past its timeout fails its batch's items too, but the next batch waits until that call has returned:
-engines are not thread-safe, so two generations must never overlap.
+engines are not thread-safe, so two generations must never overlap — except on an engine that says
+it is `concurrent` (vLLM's AsyncLLM, which batches requests continuously), which gets up to
+`concurrency` calls in flight. `engine_wait_fraction` is the share of the run during which no call
+was in flight: the engine waiting for input.
 """
 
 from __future__ import annotations
@@ -69,7 +72,6 @@ async def run_items(items: Sequence[Mapping], *, load: Callable[[Mapping], Any],
             todo.put_nowait(item)
     ready: asyncio.Queue = asyncio.Queue(maxsize=queue_size)
     scored: asyncio.Queue = asyncio.Queue(maxsize=queue_size)
-    waits = {"engine_wait": 0.0, "engine_busy": 0.0}
 
     def fail(item: Mapping, stage: str, err: BaseException | str) -> None:
         text = err if isinstance(err, str) else f"{type(err).__name__}: {err}"
@@ -91,22 +93,21 @@ async def run_items(items: Sequence[Mapping], *, load: Callable[[Mapping], Any],
                 continue
             await ready.put((item, inputs))
 
-    async def generator(loaders: list[asyncio.Task]) -> None:
-        while True:
-            w0 = time.perf_counter()
-            first = await ready.get()
-            if first is _DONE:
-                await scored.put(_DONE)
-                return
-            batch = [first]
-            while len(batch) < batch_size and not ready.empty():
-                nxt = ready.get_nowait()
-                if nxt is _DONE:
-                    ready.put_nowait(_DONE)
-                    break
-                batch.append(nxt)
-            w1 = time.perf_counter()
-            waits["engine_wait"] += w1 - w0
+    clock = {"in_flight": 0, "idle_since": time.perf_counter(), "wait": 0.0}
+
+    def call_started() -> None:
+        if clock["in_flight"] == 0:  # the engine was idle until now: that was waiting for input
+            clock["wait"] += time.perf_counter() - clock["idle_since"]
+        clock["in_flight"] += 1
+
+    def call_ended() -> None:
+        clock["in_flight"] -= 1
+        if clock["in_flight"] == 0:
+            clock["idle_since"] = time.perf_counter()
+
+    async def run_batch(batch: list) -> None:
+        call_started()
+        try:
             outs = await generate_once([inp for _, inp in batch], [item for item, _ in batch],
                                        record_errors=len(batch) == 1)
             if outs is _RETRY_ALONE:
@@ -114,11 +115,40 @@ async def run_items(items: Sequence[Mapping], *, load: Callable[[Mapping], Any],
                 # one item at a time, so only the item that fails alone is recorded as failed.
                 outs = [await generate_once([inp], [item]) for item, inp in batch]
                 outs = [o[0] if o is not None else None for o in outs]
-            waits["engine_busy"] += time.perf_counter() - w1
-            if outs is not None:
-                for k, (item, _) in enumerate(batch):
-                    if outs[k] is not None:
-                        await scored.put((item, outs[k][0].text))
+        finally:
+            call_ended()
+        if outs is not None:
+            for k, (item, _) in enumerate(batch):
+                if outs[k] is not None:
+                    await scored.put((item, outs[k][0].text))
+
+    async def generator() -> None:
+        """Batches whatever is ready. A `concurrent` engine (vLLM AsyncLLM) gets up to `concurrency`
+        calls in flight; any other engine one call at a time (engines are not thread-safe)."""
+        slots = asyncio.Semaphore(max(1, concurrency) if getattr(engine, "concurrent", False) else 1)
+        running: set[asyncio.Task] = set()
+        while True:
+            await slots.acquire()
+            first = await ready.get()
+            if first is _DONE:
+                slots.release()
+                break
+            batch = [first]
+            while len(batch) < batch_size and not ready.empty():
+                nxt = ready.get_nowait()
+                if nxt is _DONE:
+                    ready.put_nowait(_DONE)
+                    break
+                batch.append(nxt)
+            task = asyncio.create_task(run_batch(batch))
+            running.add(task)
+            task.add_done_callback(lambda t: (running.discard(t), slots.release()))
+        if running:
+            await asyncio.gather(*running)
+        if clock["in_flight"] == 0:
+            clock["wait"] += time.perf_counter() - clock["idle_since"]
+            clock["idle_since"] = time.perf_counter()
+        await scored.put(_DONE)
 
     async def generate_once(prompts: list, batch_items: list[Mapping], *, record_errors: bool = True):
         """One engine call; its items are recorded as failed on error or timeout (then None).
@@ -165,14 +195,16 @@ async def run_items(items: Sequence[Mapping], *, load: Callable[[Mapping], Any],
     # decoder that hangs past its timeout keeps only its own thread, never a slot that later items
     # need, and cannot keep the run (or the interpreter's exit) waiting.
     loaders = [asyncio.create_task(loader()) for _ in range(max(1, concurrency))]
-    gen = asyncio.create_task(generator(loaders))
+    t_gen = time.perf_counter()
+    gen = asyncio.create_task(generator())
     sc = asyncio.create_task(scorer())
     await asyncio.gather(*loaders)
     await ready.put(_DONE)
     await gen
     await sc
+    engine_wall = time.perf_counter() - t_gen
     return summarise(items, store, benchmark=benchmark, group_key=group_key, seconds=time.perf_counter() - t0,
-                     engine_wait=waits["engine_wait"], engine_busy=waits["engine_busy"], aggregate=aggregate,
+                     engine_wait=clock["wait"], engine_busy=max(0.0, engine_wall - clock["wait"]), aggregate=aggregate,
                      profile=profile)
 
 

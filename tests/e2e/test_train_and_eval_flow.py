@@ -124,7 +124,7 @@ def test_train_and_eval_flow_end_to_end(tmp_path, prefect_harness, monkeypatch):
     assert [m.step for m in warmup] == [1, 2]
     assert "actor/pg_loss" in by_name["train"].data.metrics
     assert [a.path for a in client.list_artifacts(by_name["eval-heldout"].info.run_id, "eval")] == \
-        ["eval/results.jsonl", "eval/table.md"]
+        ["eval/results.jsonl", "eval/summary.json", "eval/table.md"]
     versions = client.search_model_versions(f"name = '{cfg.tracking.register_model}'")
     assert len(versions) == 1
 

@@ -62,7 +62,7 @@ def test_a_catch_all_gets_engine_specific_keywords_but_never_the_common_ones(reg
     register("catchall", CatchAllEngine)
     eng = make_engine("catchall", model_dir="/m", batch_size=8, device="cpu", dtype="float32", enforce_eager=True)
     assert eng.got == {"model_dir": "/m", "dtype": "float32", "enforce_eager": True}
-    assert COMMON_KWARGS == {"batch_size", "device", "dtype"}
+    assert COMMON_KWARGS == {"batch_size", "device", "dtype", "asynchronous"}  # vLLM alone takes asynchronous
 
 
 def test_constructor_keywords_are_filtered_the_same_way(register):

@@ -1,4 +1,4 @@
-"""RemoteEngine for real: the trainer's RolloutWorker (HF engine) in a local Ray actor on a tiny model.
+"""RemoteEngine for real: an `EngineWorker` (HF engine) in a local Ray actor on a tiny model.
 
 Its generations must equal the in-process HFEngine's for the same checkpoint, prompts and seed:
 both run `HFEngine.generate` on CPU with float32, so the seeded sampling draws the same tokens.
@@ -15,6 +15,7 @@ import ray
 from evr1.engines import Engine, SamplingParams
 from evr1.engines.hf import HFEngine
 from evr1.engines.remote import RemoteEngine, remote_engine
+from evr1.models import load_adapter
 from evr1.train.ray_utils import ensure_ray
 
 from .conftest import clip
@@ -75,3 +76,19 @@ def test_a_worker_that_cannot_start_fails_at_once(engine_dirs, remote):
     # instead of handing back an engine whose every call would fail.
     with pytest.raises(ray.exceptions.RayError, match="vllm"):
         remote_engine(engine_dirs["qwen3_vl"], "vllm", batch_size=1, dtype="float32")
+
+
+def test_an_hf_engine_worker_is_not_concurrent_and_serves_calls_one_at_a_time(engine_dirs):
+    eng = remote_engine(engine_dirs["qwen3_vl"], "hf", batch_size=1, dtype="float32", asynchronous=True)
+    try:
+        assert eng.concurrent is False  # HF generate is blocking and not thread-safe
+        prompt = load_adapter(engine_dirs["qwen3_vl"]).encode_prompt("Hello")
+        params = SamplingParams(n=1, max_new_tokens=3, temperature=0.0, seed=0)
+
+        async def both():
+            return await asyncio.gather(eng.agenerate([prompt], params), eng.agenerate([prompt], params))
+
+        a, b = asyncio.run(both())
+        assert a[0][0].token_ids == b[0][0].token_ids  # two overlapping calls, same greedy answer
+    finally:
+        eng.shutdown()

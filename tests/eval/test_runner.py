@@ -177,3 +177,30 @@ def test_an_engine_error_in_a_batch_fails_only_the_item_that_fails_alone(tmp_pat
     assert summary.failed == 1 and summary.scored == 19
     assert "engine exploded" in store.results["q7"]["error"] and store.results["q7"]["stage"] == "generate"
     assert all(store.results[f"q{i}"]["score"] == 1.0 for i in range(20) if i != 7)
+
+
+class ConcurrentEngine:
+    """Declares overlapping calls safe (as vLLM's AsyncLLM does) and records how many overlap."""
+
+    concurrent = True
+
+    def __init__(self):
+        self.in_flight = self.peak = 0
+
+    async def agenerate(self, prompts, params):
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        await asyncio.sleep(0.05)
+        self.in_flight -= 1
+        return [[SimpleNamespace(text=p)] for p in prompts]
+
+
+def test_a_concurrent_engine_gets_several_calls_in_flight_and_a_blocking_one_never(tmp_path):
+    engine = ConcurrentEngine()
+    summary = run(ITEMS, ResultStore(tmp_path / "c.jsonl"), engine, batch_size=1, concurrency=4)
+    assert summary.score == 1.0 and summary.scored == 20
+    assert 1 < engine.peak <= 4
+    blocking = ConcurrentEngine()
+    blocking.concurrent = False
+    assert run(ITEMS, ResultStore(tmp_path / "b.jsonl"), blocking, batch_size=1, concurrency=4).scored == 20
+    assert blocking.peak == 1
