@@ -137,8 +137,9 @@ def test_train_and_eval_flow_end_to_end(tmp_path, prefect_harness, monkeypatch):
         this_run = ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])
         arts = prefect.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=this_run))
     by_key = {a.key: a for a in arts if a.key}  # (Prefect adds unkeyed result artifacts too)
-    assert set(by_key) == {"eval-heldout", "ingest-report"}
+    assert set(by_key) == {"eval-heldout", "eval-suite", "ingest-report"}
     table = by_key["eval-heldout"].data
     table = json.loads(table) if isinstance(table, str) else table
-    assert table[-1]["group"] == "all" and table[-1]["items"] == 4
+    assert table[0]["part"] == "accuracy" and table[-1]["value"] == "4/4 scored, 0 failed"
+    assert "| heldout | accuracy | official |" in by_key["eval-suite"].data
     assert "4 rejected" in by_key["ingest-report"].data
