@@ -71,11 +71,20 @@ def ingest(config: Path, overrides: Overrides = None) -> None:
 
 
 @app.command()
-def cache(config: Path, overrides: Overrides = None) -> None:
-    """Build the Lance frame cache for the ingested samples."""
+def cache(config: Path, overrides: Overrides = None,
+          benchmarks: Annotated[bool, typer.Option("--benchmarks", help="cache the videos of eval.benchmarks "
+                                                   "(into eval.frames_uri) instead of the training data")] = False,
+          model_dir: Annotated[Optional[Path], typer.Option(help="the model whose family's rules apply "
+                                                            "(default: model.path or the tiny model)")] = None) -> None:
+    """Build the Lance frame cache: the ingested samples, or the evaluation benchmarks' videos."""
     from evr1 import pipeline
+    from evr1.results import StageResult
 
     cfg = _config(config, overrides)
+    if benchmarks:
+        model = StageResult(stage="model", uri=str(model_dir)) if model_dir else pipeline.stage_model(cfg)
+        console.print(pipeline.stage_cache_benchmarks(cfg, model).summary())
+        return
     samples = pipeline.stage_ingest(cfg)
     console.print(pipeline.stage_cache(cfg, samples, pipeline.stage_model(cfg)).summary())
 

@@ -220,6 +220,42 @@ def stage_cache(cfg: Config, samples: StageResult, model: StageResult, *, run_ke
                        metrics=metrics, extra={"undecodable": str(excluded)})
 
 
+def eval_frames_uri(cfg: Config) -> str:
+    """Where the benchmarks' frames are cached: `eval.frames_uri`, else `<run>/lance/eval_frames`."""
+    return cfg.eval.frames_uri or str(run_paths(cfg)["lance"] / "eval_frames")
+
+
+def stage_cache_benchmarks(cfg: Config, model: StageResult, benchmarks: list[str] | None = None) -> StageResult:
+    """Decode the videos (and images) of `eval.benchmarks` once into a Lance frames table, with the
+    model family's rules, so evaluation reads frames instead of decoding them (`evr1 cache --benchmarks`).
+    Each benchmark's paths are confined to its video root; failures go to `eval_cache_rejects`."""
+    from evr1.cache import build_frame_cache
+    from evr1.eval import get_benchmark
+    from evr1.eval.evaluate import load_items, video_root
+    from evr1.models import family_of
+
+    params = cfg.cache.frame_params(family_of(model.uri).factor)
+    uri = eval_frames_uri(cfg)
+    totals = {"requested": 0, "unique": 0, "hits": 0, "decoded": 0, "failed": 0, "seconds": 0.0}
+    version = None
+    for name in benchmarks or cfg.eval.benchmarks:
+        bench = get_benchmark(name)
+        if bench.extra.get("single_profile"):
+            continue  # the held-out split is cached by the cache stage with the training data
+        items = load_items(cfg, bench)
+        media = [(f"{bench.name}/{i['id']}", path, kind) for i in items
+                 for kind, path in (("video", i.get("video")), ("image", i.get("image"))) if path]
+        rep = build_frame_cache(media, uri, params, data_root=video_root(cfg, bench), workers=cfg.cache.workers,
+                                ray_address=cfg.orchestration.ray_address, timeout_s=cfg.cache.timeout_s,
+                                rejects_uri=str(run_paths(cfg)["lance"] / "eval_cache_rejects"),
+                                progress=sys.stderr.isatty())
+        for key in totals:
+            totals[key] += getattr(rep, key)
+        version = rep.version if rep.version is not None else version
+    return StageResult(stage="cache", uri=uri, version=version, content_hash=_hash(uri, version, params.__dict__),
+                       metrics=totals)
+
+
 def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: StageResult, *,
                 run_key: str | None = None) -> StageResult:
     """GRPO on Ray; the checkpoint lands under <run>/checkpoints."""
@@ -298,7 +334,10 @@ def stage_eval(cfg: Config, model: StageResult, samples: StageResult, frames: St
     out = run_paths(cfg)["eval"] / f"{model.content_hash or _hash(model.uri)}-{cfg.fingerprint('eval', 'cache')[:8]}"
     tr = tracker(cfg, run_key)
     with tr.stage(f"eval-{bench.name}"):
-        frames_uri = cfg.eval.frames_uri or frames.uri or None
+        # The benchmarks' own cache (`evr1 cache --benchmarks`) when built; the run's cache for its held-out split.
+        own = eval_frames_uri(cfg)
+        has_own = cfg.eval.frames_uri is not None or (Path(own).exists() and not bench.extra.get("single_profile"))
+        frames_uri = own if has_own else (frames.uri or None)
         summary = evaluate(cfg, bench, items, model_dir=Path(model.uri), frames_uri=frames_uri, out_dir=out)
         tr.log_metrics(summary.metrics())
         for name in ("table.md", "summary.json", "results.jsonl"):

@@ -32,7 +32,12 @@ def evaluate(cfg: Config, bench: Benchmark, items: list[dict], *, model_dir: Pat
     adapter = load_adapter(model_dir)
     params = cfg.cache.frame_params(adapter.family.factor)
     root = video_root(cfg, bench)
-    mode = cfg.cache.mode if (cfg.cache.enabled and frames_uri) else "decode-only"
+    mode = cfg.cache.mode if cfg.cache.enabled else "decode-only"
+    if not frames_uri:
+        if mode == "cache-only":
+            raise ValueError(f"{bench.name}: cache.mode is cache-only but there is no frames table to read; build one "
+                             "with `evr1 cache <config> --benchmarks` (or set eval.frames_uri)")
+        mode = "decode-only"
     reader = FrameReader(frames_uri, params, mode=mode, data_root=root)
     ctx = PromptContext(profile=e.profile, family=prompt_family(e.family, adapter.family.name), thinking=e.thinking,
                         template=cfg.rollout.template)
