@@ -151,17 +151,11 @@ class Benchmark:
 
 def read_records(path: Path) -> list[dict]:
     """A JSON array or a JSONL file of records."""
-    text = Path(path).read_text(encoding="utf-8")
+    from evr1.eval.formats import read_table
+
     if Path(path).suffix == ".jsonl":
-        out = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ItemError(f"{path}: line {n} is not JSON: {e}") from None
-        return out
-    data = json.loads(text)
+        return read_table(path)
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
     if not isinstance(data, list):
         raise ItemError(f"{path}: expected a JSON array of records, got {type(data).__name__}")
     return data

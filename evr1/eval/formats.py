@@ -27,6 +27,14 @@ def read_table(path: str | Path) -> list[dict[str, Any]]:
     return reader(path)
 
 
+def task_files(path: str | Path, *, subdir: str = "json") -> list[Path]:
+    """A release's per-task JSON files: `path` itself, or the `*.json` of `path/<subdir>/` or `path/`."""
+    path = Path(path)
+    if path.is_dir() and (path / subdir).is_dir():
+        path = path / subdir
+    return sorted(path.glob("*.json")) if path.is_dir() else [path]
+
+
 def _parquet(path: Path) -> list[dict[str, Any]]:
     import pyarrow.parquet as pq
 

@@ -28,7 +28,7 @@ from typing import Any
 from evr1.eval.benchmark import Benchmark, PromptContext, register_benchmark
 from evr1.eval.extractors.derive import with_fields
 from evr1.eval.extractors.lmms import mcq_extract
-from evr1.eval.formats import read_table
+from evr1.eval.formats import read_table, task_files
 from evr1.eval.items import LETTERS, ItemError
 from evr1.eval.metrics import macro
 from evr1.eval.prompting import finish, options_block, question
@@ -81,12 +81,8 @@ def prompt(item: Mapping[str, Any], ctx: PromptContext) -> str:
 
 def official_format(path: Path) -> list[dict]:
     """The release's MC JSON files (a folder or one file) → shared-schema records."""
-    path = Path(path)
-    if path.is_dir() and (path / "json").is_dir():
-        path = path / "json"
-    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
     out: list[dict] = []
-    for f in files:
+    for f in task_files(path):
         default_type = re.sub(r"^\d+_", "", f.stem)
         for n, row in enumerate(read_table(f)):
             cands = [str(c) for c in row["candidates"]]

@@ -25,7 +25,7 @@ from typing import Any
 from evr1.eval.benchmark import Benchmark, PromptContext, register_benchmark
 from evr1.eval.extractors.derive import with_fields
 from evr1.eval.extractors.mvbench import check_ans
-from evr1.eval.formats import read_table
+from evr1.eval.formats import read_table, task_files
 from evr1.eval.items import LETTERS, ItemError
 from evr1.eval.metrics import macro
 from evr1.eval.prompting import finish, options_block, question
@@ -79,12 +79,8 @@ def oracle(item: Mapping[str, Any]) -> str:
 
 def official_format(path: Path) -> list[dict]:
     """The release's `json/<task>.json` files (a folder, or one task file) → shared-schema records."""
-    path = Path(path)
-    if path.is_dir() and (path / "json").is_dir():
-        path = path / "json"
-    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
     out: list[dict] = []
-    for f in files:
+    for f in task_files(path):
         task = f.stem
         if task not in TASKS:
             raise ItemError(f"mvbench: {f} is not one of the 20 task files ({', '.join(TASKS)})")
