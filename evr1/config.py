@@ -82,7 +82,7 @@ class CacheConfig(Section):
     image_max_pixels: int | None = None
     workers: int = Field(2, ge=0)
     timeout_s: float = 120.0
-    # Lance URI of the frames table; defaults to <run folder>/lance/frames. Point several runs at one
+    # Lance URI of the frames table; defaults to <run folder>/lance/frames-v<store format>. Point several runs at one
     # shared URI (local or object storage) to reuse decoded frames across runs.
     uri: str | None = None
 

@@ -13,6 +13,7 @@ import sys
 import uuid
 from pathlib import Path
 
+from evr1.cache.store import STORE_FORMAT
 from evr1.config import Config, flat_params
 from evr1.results import StageResult
 from evr1.tracking import Tracker, default_tracking_uri
@@ -194,7 +195,9 @@ def stage_cache(cfg: Config, samples: StageResult, model: StageResult, *, run_ke
     from evr1.models import family_of
 
     p = run_paths(cfg)
-    frames_uri = cfg.cache.uri or str(p["lance"] / "frames")
+    # The default table is named by the store format, so a run folder from an older release gets a
+    # new table instead of a refusal (a user-set cache.uri in an old format is refused, naming it).
+    frames_uri = cfg.cache.uri or str(p["lance"] / f"frames-v{STORE_FORMAT}")
     if not cfg.cache.enabled:
         return StageResult(stage="cache", uri="", metrics={"enabled": 0})
     params = cfg.cache.frame_params(family_of(model.uri).factor)
@@ -221,8 +224,8 @@ def stage_cache(cfg: Config, samples: StageResult, model: StageResult, *, run_ke
 
 
 def eval_frames_uri(cfg: Config) -> str:
-    """Where the benchmarks' frames are cached: `eval.frames_uri`, else `<run>/lance/eval_frames`."""
-    return cfg.eval.frames_uri or str(run_paths(cfg)["lance"] / "eval_frames")
+    """Where the benchmarks' frames are cached: `eval.frames_uri`, else `<run>/lance/eval_frames-v<store format>`."""
+    return cfg.eval.frames_uri or str(run_paths(cfg)["lance"] / f"eval_frames-v{STORE_FORMAT}")
 
 
 def stage_cache_benchmarks(cfg: Config, model: StageResult, benchmarks: list[str] | None = None) -> StageResult:
