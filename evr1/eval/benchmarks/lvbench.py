@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from evr1.eval.benchmark import Benchmark, PromptContext, register_benchmark
+from evr1.eval.benchmarks.mvbench import SYSTEM as MVBENCH_INSTRUCTION
 from evr1.eval.extractors.lmms import mcq_extract
 from evr1.eval.formats import read_table
 from evr1.eval.items import ItemError
@@ -45,6 +46,12 @@ def split_question(text: str, *, where: str) -> tuple[str, list[str]]:
 
 
 def prompt(item: Mapping[str, Any], ctx: PromptContext) -> str:
+    """lmms-eval's prompt; for the qwen25 family the one Qwen's maintainers gave for Qwen2.5-VL's
+    official LVBench numbers (QwenLM/Qwen3-VL#715): MVBench's instruction, then the letter request."""
+    if ctx.family == "qwen25":
+        return finish(f"{MVBENCH_INSTRUCTION}\nQuestion: {question(item)}\nOptions:\n"
+                      f"{options_block(item, '({letter}) {text}')}\n"
+                      "Answer with the option's letter from the given choices directly.", ctx)
     return finish(f"{question(item)}\n{options_block(item, '({letter}) {text}')}\n"
                   "Answer the question with the option letter.", ctx)
 

@@ -56,3 +56,15 @@ def test_whole_shared_file(annotations, tmp_path):
     assert run_benchmark(BENCH, items, BENCH.oracle, tmp_path).value == 1.0
     assert run_benchmark(BENCH, items, constant("A"), tmp_path).value == pytest.approx(
         sum(i["gt"] == "A" for i in items) / len(items))
+
+
+def test_the_prompt_follows_the_model_family():
+    from evr1.eval import PromptContext
+
+    item = BENCH.item({"problem_id": 1, "problem": "What year?", "problem_type": "multiple choice",
+                       "options": ["A. 1636", "B. 1366"], "solution": "<answer>A</answer>", "path": "v.mp4"})
+    qwen3 = BENCH.prompted(item, PromptContext(family="qwen3")).text
+    qwen25 = BENCH.prompted(item, PromptContext(family="qwen25")).text
+    assert qwen3 == "What year?\n(A) 1636\n(B) 1366\nAnswer the question with the option letter."
+    assert qwen25.startswith("Carefully watch the video") and "Question: What year?\nOptions:\n(A) 1636" in qwen25
+    assert qwen25.endswith("Answer with the option's letter from the given choices directly.")
