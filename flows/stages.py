@@ -35,10 +35,18 @@ def train_flow(config: str = "conf/tiny.yaml", overrides: list[str] | None = Non
 
 
 @flow(name="evaluate", persist_result=True)
-def eval_flow(config: str, model_dir: str, overrides: list[str] | None = None, benchmark: str = "heldout") -> StageResult:
-    """Evaluate any Hugging Face model directory on a benchmark of the configured data."""
+def eval_flow(config: str, model_dir: str, overrides: list[str] | None = None,
+              benchmarks: list[str] | None = None) -> dict[str, StageResult]:
+    """Evaluate any Hugging Face model directory on benchmarks (default `eval.benchmarks`) and publish
+    the suite table; the run's data is ingested and cached only when the held-out split is asked for."""
     cfg = load_config(config, overrides or [])
-    samples = stages.ingest(cfg)
+    names = benchmarks or cfg.eval.benchmarks
     base = StageResult(stage="model", uri=model_dir)
-    frames = stages.cache(cfg, samples, base)
-    return stages.evaluate(cfg, base, samples, frames, benchmark)
+    if "heldout" in names:
+        samples = stages.ingest(cfg)
+        frames = stages.cache(cfg, samples, base)
+    else:
+        samples, frames = StageResult(stage="ingest", uri=""), StageResult(stage="cache", uri="")
+    evals = [stages.evaluate(cfg, base, samples, frames, name) for name in names]
+    stages.report(cfg, base, evals)
+    return {f"eval-{name}": r for name, r in zip(names, evals)}

@@ -8,9 +8,9 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from evr1.data import make_synthetic
 from evr1.models import make_tiny
 from evr1.tracking import Tracker
+from tests.synthetic_benchmark import videomme_on_synthetic
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,20 +20,6 @@ def _register(tmp_path: Path, uri: str, model_dir: Path) -> str:
     tr.start_parent("train")
     with tr.stage("merge"):
         return tr.register_model_dir(model_dir, "evr1-policy")
-
-
-def _videomme_fixture(tmp_path: Path) -> tuple[Path, Path]:
-    """Synthetic videos under data/Video-MME/videos and a Video-MME annotation file pointing at them."""
-    data = tmp_path / "data" / "Video-MME"
-    rep = make_synthetic(data, 4, seed=3, heldout=0, image_fraction=0.0, size=(64, 64), fps=8, seconds=1.0)
-    rows = [json.loads(line) for line in Path(rep.train_path).read_text().splitlines()]
-    records = [{"problem_id": str(i), "problem": r["problem"].replace("<video>", "").strip(),
-                "problem_type": "multiple choice", "options": r["options"], "solution": f"<answer>{r['answer']}</answer>",
-                "path": "./" + r["videos"][0], "duration": "short", "domain": "Synthetic", "task_type": r["synth_kind"],
-                "data_type": "video"} for i, r in enumerate(rows)]
-    ann = tmp_path / "videomme.json"
-    ann.write_text(json.dumps(records))
-    return ann, tmp_path / "data"
 
 
 @pytest.mark.e2e
@@ -50,7 +36,7 @@ def test_nightly_eval_picks_the_newest_registered_version(tmp_path, prefect_harn
     make_tiny("qwen3_vl", second, seed=2)
     assert _register(tmp_path, uri, first) == "1"
     assert _register(tmp_path, uri, second) == "2"
-    ann, data_dir = _videomme_fixture(tmp_path)
+    ann, data_dir = videomme_on_synthetic(tmp_path, 4)
     overrides = [f"run.root={tmp_path / 'runs'}", f"tracking.uri={uri}", "data.synth.n=4", "data.synth.heldout=2",
                  "eval.benchmarks=[heldout, videomme]", f"eval.files.videomme={ann}", f"eval.data_dir={data_dir}",
                  "eval.max_new_tokens=4", "eval.reference_model=qwen3-vl-8b-instruct"]

@@ -1,32 +1,20 @@
 """`evr1 cache --benchmarks` decodes a benchmark's videos once into Lance; `evr1 eval` then reads them
 from there (cache-only mode proves it: without a cache it refuses to start, saying how to build one)."""
 
-import json
 from pathlib import Path
 
 from typer.testing import CliRunner
 
 from evr1.cli import app
-from evr1.data import make_synthetic
 from evr1.models import make_tiny
+from tests.synthetic_benchmark import videomme_on_synthetic
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _videomme(tmp_path: Path) -> tuple[Path, Path]:
-    rep = make_synthetic(tmp_path / "data" / "Video-MME", 3, seed=5, heldout=0, image_fraction=0.0, seconds=1.0)
-    rows = [json.loads(line) for line in Path(rep.train_path).read_text().splitlines()]
-    records = [{"problem_id": str(i), "problem": r["problem"].replace("<video>", "").strip(), "options": r["options"],
-                "problem_type": "multiple choice", "solution": f"<answer>{r['answer']}</answer>",
-                "path": "./" + r["videos"][0], "duration": "short", "domain": "x", "task_type": "y"}
-               for i, r in enumerate(rows)]
-    (tmp_path / "videomme.json").write_text(json.dumps(records))
-    return tmp_path / "videomme.json", tmp_path / "data"
-
-
 def test_benchmark_videos_are_cached_once_and_read_by_eval(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
-    ann, data = _videomme(tmp_path)
+    ann, data = videomme_on_synthetic(tmp_path, 3, seed=5)
     model = make_tiny("qwen3_vl", tmp_path / "model", seed=0)
     common = [f"run.root={tmp_path / 'runs'}", "tracking.enabled=false", "cache.workers=0", "eval.max_new_tokens=2",
               f"eval.files.videomme={ann}", f"eval.data_dir={data}", "eval.benchmarks=[videomme]"]
