@@ -67,6 +67,9 @@ def evaluate(cfg: Config, bench: Benchmark, items: list[dict], *, model_dir: Pat
         close()
     if e.judge.enabled and any(bench.needs_judge(i) for i in items):
         summary = judge_pass(cfg, bench, items, store, model_dir, summary)
+    pending = sum(1 for i in items if (r := store.results.get(str(i["id"]))) and r.get("needs_judge") and not r.get("judged"))
+    if pending:  # counted as wrong until a judge decides them: say so beside the score
+        summary.parts["judge/awaiting"] = float(pending)
     write_summary(folder, summary, reference_model=e.reference_model)
     return summary
 

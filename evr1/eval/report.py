@@ -36,7 +36,9 @@ def suite_table(summaries: Sequence[EvalSummary], *, reference_model: str | None
         rule += " --- | ---: |"
     rows = [head, rule]
     for s in summaries:
-        row = f"| {s.benchmark} | {s.metric} | {s.profile} | {_pct(s.score)} | {s.items} | {s.scored} | {s.failed} |"
+        awaiting = int(s.parts.get("judge/awaiting", 0))
+        ours = _pct(s.score) + (f" ({awaiting} awaiting the judge, counted wrong)" if awaiting else "")
+        row = f"| {s.benchmark} | {s.metric} | {s.profile} | {ours} | {s.items} | {s.scored} | {s.failed} |"
         if reference_model:
             refs = references(s.benchmark, reference_model)
             same = [r for r in refs if r.profile == s.profile]

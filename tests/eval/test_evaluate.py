@@ -87,3 +87,32 @@ def test_other_engines_are_built_in_a_ray_actor(tmp_path, model_dir):
     with pytest.raises(ray.exceptions.RayError, match="vllm"):
         evaluate(cfg, get_benchmark("heldout"), ITEMS, model_dir=model_dir, frames_uri=None, out_dir=tmp_path / "out")
     assert not (tmp_path / "out" / "heldout" / "results.jsonl").exists()  # no item ran, none was failed
+
+
+def test_open_ended_items_wait_for_the_judge_and_the_judge_pass_decides_them(tmp_path, model_dir):
+    """VideoReasonBench items over synthetic videos: rules cannot decide a wrong free-text answer, so the
+    summary says how many await the judge; with the judge on (a tiny text-only LLM) none are left."""
+    from tests.synthetic_benchmark import videomme_on_synthetic
+
+    from evr1.models.tiny import make_tiny_text
+
+    ann, data = videomme_on_synthetic(tmp_path, 3)
+    records = [{**r, "problem_type": "open-ended", "options": [], "solution": "<answer>a red circle</answer>"}
+               for r in json.loads(ann.read_text())]
+    bench = get_benchmark("videoreasonbench")
+    items = [bench.item(r, i) for i, r in enumerate(records)]
+
+    class Free(EngineBase):
+        def generate(self, prompts, params):
+            return [[Generation(token_ids=[], text="Final Answer: a blue square", finish_reason="stop")] for _ in prompts]
+
+    roots = {"video_roots": {"videoreasonbench": str(data / "Video-MME")}}
+    cfg = config(tmp_path, eval=roots)
+    off = evaluate(cfg, bench, items, model_dir=model_dir, frames_uri=None, out_dir=tmp_path / "off", engine=Free())
+    assert off.parts["judge/awaiting"] == 3.0 and off.score == 0.0 and off.scored == 3
+
+    judge = make_tiny_text(tmp_path / "judge")
+    cfg = config(tmp_path, eval={**roots, "judge": {"enabled": True, "model_path": str(judge), "max_new_tokens": 4}})
+    on = evaluate(cfg, bench, items, model_dir=model_dir, frames_uri=None, out_dir=tmp_path / "on", engine=Free())
+    assert "judge/awaiting" not in on.parts  # every open-ended item has a verdict now
+    assert on.parts["judge/judged"] == 3.0 and on.scored == 3
