@@ -115,6 +115,10 @@ def stage_key(stage: str, cfg: Config, upstream: list[StageResult], extra: objec
     elif stage == "eval":  # an edited annotation file is a new evaluation
         e = cfg.eval
         files = _file_stats(*e.files.values(), *([e.annotations_dir] if e.annotations_dir else []))
+        if upstream and isinstance(extra, str):
+            # Items that failed last time (a timeout, an OOM) make the next flow run evaluate again, and
+            # retry just those, instead of serving the cached summary with its failures.
+            files.append(("failed", _failed_items(eval_dir(cfg, upstream[0], extra) / "results.jsonl")))
     ups = [(u.stage, u.uri, u.version, u.content_hash) for u in upstream]
     return _hash(stage, cfg.fingerprint(*STAGE_SECTIONS[stage]), cfg.run_dir(), run_token(cfg), ups, files, extra)
 
@@ -303,6 +307,34 @@ def stage_merge(cfg: Config, checkpoint: StageResult, model: StageResult, *,
                        content_hash=res.weights_sha256, metrics=metrics)
 
 
+def eval_dir(cfg: Config, model: StageResult, benchmark: str) -> Path:
+    """Where one benchmark's results for one model live: named by the weights evaluated and the eval
+    settings, never by a folder name that a differently trained model could reuse."""
+    from evr1.eval import get_benchmark
+
+    key = f"{model.content_hash or _hash(model.uri)}-{cfg.fingerprint('eval', 'cache')[:8]}"
+    return run_paths(cfg)["eval"] / key / get_benchmark(benchmark).name
+
+
+def _failed_items(results: Path) -> int:
+    """How many failure records a results file holds, old ones included (0 when there is no file).
+
+    Counting every failure ever appended (not only the newest per item) keeps the key moving forward:
+    after a retry succeeds the count stays where it was, so the retry's result is the one served
+    from the cache, never the earlier result that still had the failure.
+    """
+    if not results.is_file():
+        return 0
+    failed = 0
+    for line in results.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a torn last line: that item runs again anyway
+        failed += isinstance(rec, dict) and "error" in rec
+    return failed
+
+
 def stage_registered_model(cfg: Config, name: str | None = None) -> StageResult:
     """The newest registered version of the model `name` (default `tracking.register_model`) in the
     tracking server's registry, as a model directory (downloaded when not on this machine)."""
@@ -332,9 +364,7 @@ def stage_eval(cfg: Config, model: StageResult, samples: StageResult, frames: St
         rewards.load_reward_function(ref)
     bench = get_benchmark(benchmark)
     items = load_items(cfg, bench, samples.uri)
-    # Results are keyed by the weights evaluated and the eval settings, never by a folder name that a
-    # differently trained model could reuse.
-    out = run_paths(cfg)["eval"] / f"{model.content_hash or _hash(model.uri)}-{cfg.fingerprint('eval', 'cache')[:8]}"
+    out = eval_dir(cfg, model, bench.name).parent
     tr = tracker(cfg, run_key)
     with tr.stage(f"eval-{bench.name}"):
         # The benchmarks' own cache (`evr1 cache --benchmarks`) when built; the run's cache for its held-out split.

@@ -33,3 +33,23 @@ def test_an_edited_data_file_misses(tmp_path):
     data.write_text("{}\n{}\n")
     os.utime(data, ns=(1, 1))
     assert _keys(tmp_path, override)["ingest"] != before
+
+
+def test_an_evaluation_with_failed_items_is_run_again_by_the_next_flow_run(tmp_path):
+    import json
+
+    from evr1.pipeline import eval_dir
+
+    cfg = load_config(ROOT / "conf/tiny.yaml", [f"run.root={tmp_path}"])
+    model = StageResult(stage="model", uri="m", content_hash="weights")
+    key = lambda: stage_key("eval", cfg, [model], "heldout")  # noqa: E731
+    fresh = key()
+    results = eval_dir(cfg, model, "heldout") / "results.jsonl"
+    results.parent.mkdir(parents=True)
+    results.write_text(json.dumps({"id": "a", "score": 1.0}) + "\n" + json.dumps({"id": "b", "error": "timeout"}) + "\n")
+    failed = key()
+    assert failed != fresh  # the cached result had a failure: a new run retries it
+    with results.open("a") as f:
+        f.write(json.dumps({"id": "b", "score": 0.0}) + "\n")  # the retry succeeded
+    assert key() == failed  # the retry's result (cached under this key) is served from then on
+    assert key() != fresh   # never the first result, which still had the failure
