@@ -272,6 +272,8 @@ class EvalConfig(Section):
     temperature: float = Field(0.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(0, ge=-1)
+    # vLLM only (Qwen3-VL's Instruct setting, and EasyVideoR1's scripts, use 1.5); the HF engine refuses it.
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     batch_size: int = Field(8, ge=1)
     concurrency: int = Field(4, ge=1)
     queue_size: int = Field(16, ge=1)

@@ -30,6 +30,8 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = 0
     seed: int | None = None
+    # vLLM's presence penalty (Qwen3-VL's recommended Instruct setting is 1.5); transformers has none.
+    presence_penalty: float = 0.0
 
     def __post_init__(self) -> None:
         checks = {
@@ -38,6 +40,7 @@ class SamplingParams:
             "temperature": self.temperature >= 0,
             "top_p": 0 < self.top_p <= 1,
             "top_k": self.top_k >= 0,
+            "presence_penalty": -2.0 <= self.presence_penalty <= 2.0,
         }
         for name, ok in checks.items():
             if not ok:

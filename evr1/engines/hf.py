@@ -107,6 +107,9 @@ class HFEngine(EngineBase):
 
     def generate(self, prompts: Sequence[PromptInputs], params: SamplingParams) -> list[list[Generation]]:
         """`params.n` generations per prompt, in prompt order; a fixed `params.seed` reproduces them."""
+        if params.presence_penalty:
+            raise ValueError(f"HFEngine: field presence_penalty={params.presence_penalty} has no transformers "
+                             "equivalent; use the vllm engine for it, or set it to 0")
         # Greedy decoding is deterministic: decode once and repeat (HF refuses n > 1 without sampling).
         num_return = 1 if params.greedy else params.n
         config = self._generation_config(params, num_return)

@@ -109,6 +109,7 @@ class VLLMEngine(EngineBase):
             stop_token_ids=list(self.adapter.eos_token_ids),
             logit_bias={t: SUPPRESS_BIAS for t in self.adapter.vision_token_ids},
             repetition_penalty=1.0,
+            presence_penalty=params.presence_penalty,
             skip_special_tokens=True,
         )
 

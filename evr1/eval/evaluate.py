@@ -53,7 +53,7 @@ def evaluate(cfg: Config, bench: Benchmark, items: list[dict], *, model_dir: Pat
     folder = Path(out_dir) / bench.name
     store = ResultStore(folder / "results.jsonl")
     sampling = SamplingParams(n=1, max_new_tokens=e.max_new_tokens, temperature=e.temperature, top_p=e.top_p,
-                              top_k=e.top_k, seed=cfg.run.seed)
+                              top_k=max(0, e.top_k), seed=cfg.run.seed, presence_penalty=e.presence_penalty)
     close: Callable[[], None] = lambda: None
     if engine is None:
         engine, close = open_engine(cfg, model_dir)

@@ -42,3 +42,13 @@ def test_text_adapter_refuses_media(text_model_dir):
     adapter = TextAdapter(text_model_dir[0])
     with pytest.raises(ValueError, match="text-only model"):
         adapter.collate([PromptInputs([1, 2], [0, 0], {"pixel_values": torch.zeros(1)}, "x")])
+
+
+def test_presence_penalty_is_validated_and_refused_by_the_hf_engine(text_model_dir):
+    from evr1.eval.judge import ChatPrompter
+
+    with pytest.raises(ValueError, match="presence_penalty"):
+        SamplingParams(presence_penalty=3.0)
+    engine = make_engine("hf", model_dir=str(text_model_dir[0]), batch_size=1, device="cpu")
+    with pytest.raises(ValueError, match="presence_penalty=1.5 has no transformers equivalent"):
+        engine.generate([ChatPrompter(text_model_dir[0])("hi")], SamplingParams(max_new_tokens=2, presence_penalty=1.5))
