@@ -50,6 +50,11 @@ def run_benchmark(bench: Benchmark, items: Sequence[Mapping[str, Any]], answer: 
     return bench.report([(i, store.results[str(i["id"])]) for i in items], profile)
 
 
+def project(items: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> list[dict[str, Any]]:
+    """Each item's `keys` (a missing key is a KeyError): what two loaders must agree on."""
+    return [{k: i[k] for k in keys} for i in items]
+
+
 def oracle(bench: Benchmark) -> Callable[[Mapping[str, Any]], str]:
     return bench.oracle
 

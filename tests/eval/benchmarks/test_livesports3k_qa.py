@@ -7,7 +7,7 @@ import pytest
 
 from evr1.eval import PromptContext, get_benchmark, score
 
-from tests.eval.benchmarks.conftest import constant, run_benchmark
+from tests.eval.benchmarks.conftest import constant, project, run_benchmark
 
 BENCH = get_benchmark("livesports3k_qa")
 
@@ -41,7 +41,7 @@ def fixtures(tmp_path):
 def test_both_formats(fixtures):
     evr, official = BENCH.load(fixtures / "evr.json"), BENCH.load(fixtures / "qa.json")
     keys = ("id", "options", "letters", "gt", "video", "problem", "q_type_livesports", "ocr_livesports")
-    assert [{k: i[k] for k in keys} for i in evr] == [{k: i[k] for k in keys} for i in official]
+    assert project(evr, keys) == project(official, keys)
 
 
 def test_prompt_keeps_the_colon_style(fixtures):

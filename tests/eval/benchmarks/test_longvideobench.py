@@ -7,7 +7,7 @@ import pytest
 from evr1.eval import PromptContext, get_benchmark, score
 from evr1.eval.extractors.lmms import classic
 
-from tests.eval.benchmarks.conftest import constant, run_benchmark
+from tests.eval.benchmarks.conftest import constant, project, run_benchmark
 
 BENCH = get_benchmark("longvideobench")
 
@@ -35,7 +35,7 @@ def fixtures(tmp_path):
 def test_both_formats(fixtures):
     evr, official = BENCH.load(fixtures / "evr.json"), BENCH.load(fixtures / "lvb_val.json")
     keys = ("id", "options", "letters", "gt", "video", "problem")
-    assert [{k: i[k] for k in keys} for i in evr] == [{k: i[k] for k in keys} for i in official]
+    assert project(evr, keys) == project(official, keys)
 
 
 def test_oracle_and_constant(fixtures, tmp_path):

@@ -7,7 +7,7 @@ import pytest
 from evr1.eval import get_benchmark, score
 from evr1.eval.extractors.strict import strict_letter
 
-from tests.eval.benchmarks.conftest import constant, run_benchmark
+from tests.eval.benchmarks.conftest import constant, project, run_benchmark
 
 BENCH = get_benchmark("longvideoreason")
 
@@ -33,7 +33,7 @@ def fixtures(tmp_path):
 def test_both_formats(fixtures):
     evr, official = BENCH.load(fixtures / "evr.json"), BENCH.load(fixtures / "release.json")
     keys = ("id", "options", "letters", "gt", "video", "problem")
-    assert [{k: i[k] for k in keys} for i in evr] == [{k: i[k] for k in keys} for i in official]
+    assert project(evr, keys) == project(official, keys)
 
 
 def test_oracle_and_constant(fixtures, tmp_path):

@@ -6,7 +6,7 @@ import pytest
 
 from evr1.eval import get_benchmark, score
 
-from tests.eval.benchmarks.conftest import constant, run_benchmark
+from tests.eval.benchmarks.conftest import constant, project, run_benchmark
 
 BENCH = get_benchmark("lvbench")
 
@@ -33,7 +33,7 @@ def fixtures(tmp_path):
 def test_both_formats(fixtures):
     evr, official = BENCH.load(fixtures / "evr.json"), BENCH.load(fixtures / "video_info.meta.jsonl")
     keys = ("id", "options", "letters", "gt", "video", "problem")
-    assert [{k: i[k] for k in keys} for i in evr] == [{k: i[k] for k in keys} for i in official]
+    assert project(evr, keys) == project(official, keys)
     assert official[0]["question_type"] == "key information retrieval"
 
 

@@ -8,7 +8,7 @@ from evr1.eval import get_benchmark, score
 from evr1.eval.benchmarks.mlvu import BLOCKS, PREFIXES, task_type, video_prefix
 from evr1.eval.extractors.lmms import mcq_extract
 
-from tests.eval.benchmarks.conftest import constant, run_benchmark
+from tests.eval.benchmarks.conftest import constant, project, run_benchmark
 
 TEST = get_benchmark("mlvu-test")
 DEV = get_benchmark("mlvu-dev")
@@ -39,7 +39,7 @@ def test_alias_and_both_formats(fixtures):
     assert get_benchmark("mlvu") is TEST
     evr, official = TEST.load(fixtures / "evr.json"), TEST.load(fixtures / "test_mcq.json", fmt="official")
     keys = ("options", "letters", "gt", "video", "problem")
-    assert [{k: i[k] for k in keys} for i in evr] == [{k: i[k] for k in keys} for i in official]
+    assert project(evr, keys) == project(official, keys)
     of = task_type("mlvu-test")
     assert [of(i) for i in evr] == [of(i) for i in official] == ["anomaly_reco", "sportsQA", "sportsQA"]
 

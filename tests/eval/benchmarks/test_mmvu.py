@@ -6,7 +6,7 @@ import pytest
 
 from evr1.eval import PromptContext, get_benchmark, score
 
-from tests.eval.benchmarks.conftest import constant, run_benchmark
+from tests.eval.benchmarks.conftest import constant, project, run_benchmark
 
 MC, ALL = get_benchmark("mmvu-mc"), get_benchmark("mmvu-all")
 
@@ -40,7 +40,7 @@ def test_both_formats_load_to_the_same_items(files):
         official = bench.load(files / "validation.json")
         evr = [i for i in bench.load(files / "evr.json") if bench is ALL or i["problem_type"] == "multiple choice"]
         assert len(official) == n
-        assert [{k: i[k] for k in KEYS} for i in official] == [{k: i[k] for k in KEYS} for i in evr]
+        assert project(official, KEYS) == project(evr, KEYS)
     assert get_benchmark("mmvu") is MC
 
 

@@ -7,7 +7,7 @@ import pytest
 from evr1.eval import get_benchmark, score
 from evr1.eval.extractors.motionbench import extract
 
-from tests.eval.benchmarks.conftest import constant, run_benchmark
+from tests.eval.benchmarks.conftest import constant, project, run_benchmark
 
 BENCH = get_benchmark("motionbench")
 
@@ -39,7 +39,7 @@ def fixtures(tmp_path):
 def test_both_formats_and_unreleased_answers_left_out(fixtures):
     evr, official = BENCH.load(fixtures / "evr.json"), BENCH.load(fixtures / "video_info.meta.jsonl")
     keys = ("id", "options", "letters", "gt", "video", "problem", "original_question_type")
-    assert [{k: i[k] for k in keys} for i in evr] == [{k: i[k] for k in keys} for i in official]
+    assert project(evr, keys) == project(official, keys)
 
 
 def test_oracle_constant_and_answered_rate(fixtures, tmp_path):

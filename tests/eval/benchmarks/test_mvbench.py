@@ -8,7 +8,7 @@ from evr1.eval import get_benchmark, score
 from evr1.eval.benchmarks.mvbench import TASKS, task_of
 from evr1.eval.extractors.mvbench import check_ans
 
-from tests.eval.benchmarks.conftest import constant, run_benchmark
+from tests.eval.benchmarks.conftest import constant, project, run_benchmark
 
 BENCH = get_benchmark("mvbench")
 
@@ -47,7 +47,7 @@ def fixtures(tmp_path):
 def test_both_formats_load_to_the_same_items(fixtures):
     evr, official = BENCH.load(fixtures / "evr.json"), BENCH.load(fixtures)
     keys = ("id", "options", "letters", "gt", "video", "problem")
-    assert [{k: i[k] for k in keys} for i in evr] == [{k: i[k] for k in keys} for i in official]
+    assert project(evr, keys) == project(official, keys)
     assert [task_of(i) for i in evr] == [task_of(i) for i in official] == ["action_antonym"] * 2 + ["action_sequence"]
     assert official[2]["start"] == 1.5
 

@@ -8,7 +8,7 @@ import pytest
 from evr1.eval import get_benchmark, score
 from evr1.eval.benchmarks.odvbench import clip_name
 
-from tests.eval.benchmarks.conftest import constant, run_benchmark
+from tests.eval.benchmarks.conftest import constant, project, run_benchmark
 
 BENCH = get_benchmark("odvbench")
 
@@ -38,7 +38,7 @@ def fixtures(tmp_path):
 def test_both_formats(fixtures):
     evr, official = BENCH.load(annotations_dir=fixtures), BENCH.load(fixtures / "release.json")
     keys = ("id", "options", "letters", "gt", "video", "problem", "odv_task", "odv_subtask")
-    assert [{k: i[k] for k in keys} for i in evr] == [{k: i[k] for k in keys} for i in official]
+    assert project(evr, keys) == project(official, keys)
     assert clip_name(3, "a/b/src.mp4", 1.5, 9) == "3_src_s1.5_e9.mp4"
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from evr1.eval import PromptContext, get_benchmark, score
 
-from tests.eval.benchmarks.conftest import constant, run_benchmark
+from tests.eval.benchmarks.conftest import constant, project, run_benchmark
 
 BENCH = get_benchmark("stvg")
 ROWS = [
@@ -29,7 +29,7 @@ def files(tmp_path):
 def test_both_formats_load_to_the_same_items(files):
     keys = ("id", "video", "problem", "gt", "problem_type")
     evr, official = BENCH.load(files / "evr.json"), BENCH.load(files / "official.json", fmt="official")
-    assert [{k: i[k] for k in keys} for i in evr] == [{k: i[k] for k in keys} for i in official]
+    assert project(evr, keys) == project(official, keys)
 
 
 def test_oracle_and_constant(files, tmp_path):

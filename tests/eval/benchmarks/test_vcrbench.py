@@ -6,7 +6,7 @@ import pytest
 
 from evr1.eval import PromptContext, get_benchmark, score
 
-from tests.eval.benchmarks.conftest import constant, run_benchmark
+from tests.eval.benchmarks.conftest import constant, project, run_benchmark
 
 BENCH = get_benchmark("vcrbench")
 OFFICIAL = [
@@ -31,7 +31,7 @@ def files(tmp_path):
 
 def test_both_formats_load_to_the_same_items(files):
     evr, official = BENCH.load(files / "evr.json"), BENCH.load(files / "official.json")
-    assert [{k: i[k] for k in KEYS} for i in evr] == [{k: i[k] for k in KEYS} for i in official]
+    assert project(evr, KEYS) == project(official, KEYS)
 
 
 def test_oracle_constant_and_judge_flags(files, tmp_path):

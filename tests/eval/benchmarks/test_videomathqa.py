@@ -8,7 +8,7 @@ import pytest
 
 from evr1.eval import PromptContext, get_benchmark, score
 
-from tests.eval.benchmarks.conftest import constant, run_benchmark
+from tests.eval.benchmarks.conftest import constant, project, run_benchmark
 
 BENCH = get_benchmark("videomathqa")
 
@@ -43,7 +43,7 @@ def files(tmp_path):
 
 def test_both_formats_load_to_the_same_items(files):
     evr, official = BENCH.load(files / "evr.jsonl"), BENCH.load(files / "test.parquet")
-    assert [{k: i[k] for k in KEYS} for i in evr] == [{k: i[k] for k in KEYS} for i in official]
+    assert project(evr, KEYS) == project(official, KEYS)
     assert [i["id"] for i in evr[:3]] == ["vidA-1", "vidA-1/1", "vidA-1/2"]      # unique by (problem_id, mbinary_id)
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from evr1.eval import PromptContext, get_benchmark, score
 
-from tests.eval.benchmarks.conftest import constant, run_benchmark
+from tests.eval.benchmarks.conftest import constant, project, run_benchmark
 
 BENCH = get_benchmark("videomme")
 
@@ -37,7 +37,7 @@ def test_both_formats_load_to_the_same_items(fixtures):
     evr = BENCH.load(fixtures / "evr.json")
     official = BENCH.load(fixtures / "test-00000.parquet")
     keys = ("id", "options", "letters", "gt", "video", "problem")
-    assert [{k: i[k] for k in keys} for i in evr] == [{k: i[k] for k in keys} for i in official]
+    assert project(evr, keys) == project(official, keys)
     assert evr[0]["video"] == "videos/vidA.mp4" and evr[0]["gt"] == "C"
 
 

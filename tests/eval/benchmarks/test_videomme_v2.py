@@ -10,7 +10,7 @@ import pytest
 from evr1.eval import PromptContext, get_benchmark, score
 from evr1.eval.benchmarks.videomme_v2 import group_score
 
-from tests.eval.benchmarks.conftest import constant, run_benchmark
+from tests.eval.benchmarks.conftest import constant, project, run_benchmark
 
 BENCH = get_benchmark("videomme_v2")
 OPTS = "\n".join(f"{l}. option {l}" for l in "ABCDEFGH")
@@ -43,7 +43,7 @@ def fixtures(tmp_path):
 def test_both_formats(fixtures):
     evr, official = BENCH.load(fixtures / "evr.json"), BENCH.load(fixtures / "test.parquet")
     keys = ("id", "options", "letters", "gt", "video", "problem", "group_type")
-    assert [{k: i[k] for k in keys} for i in evr] == [{k: i[k] for k in keys} for i in official]
+    assert project(evr, keys) == project(official, keys)
     assert evr[0]["letters"] == list("ABCDEFGH")
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from evr1.eval import PromptContext, get_benchmark, score
 
-from tests.eval.benchmarks.conftest import constant, run_benchmark
+from tests.eval.benchmarks.conftest import constant, project, run_benchmark
 
 BENCH = get_benchmark("videoreasonbench")
 ASK = "\n\nProvide a summary of the final answer after 'Final Answer:'"
@@ -30,7 +30,7 @@ def files(tmp_path):
 
 def test_both_formats_load_to_the_same_items(files):
     evr, official = BENCH.load(files / "evr.json"), BENCH.load(files / "official.json", fmt="official")
-    assert [{k: i[k] for k in KEYS} for i in evr] == [{k: i[k] for k in KEYS} for i in official]
+    assert project(evr, KEYS) == project(official, KEYS)
 
 
 def test_oracle_constant_and_scenes(files, tmp_path):
