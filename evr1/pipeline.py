@@ -348,8 +348,10 @@ def stage_registered_model(cfg: Config, name: str | None = None) -> StageResult:
     if found is None:
         raise LookupError(f"no registered version of model {name!r} in {uri}")
     version, model_dir = found
+    # A registered version never changes, and a downloaded copy lands somewhere new each time: the
+    # version itself names the weights (so a night without a new version reuses the results).
     return StageResult(stage="model", uri=str(model_dir), version=int(version),
-                       content_hash=_hash(name, version, _file_stats(model_dir)), extra={"name": name})
+                       content_hash=_hash(uri, name, version), extra={"name": name})
 
 
 def stage_eval(cfg: Config, model: StageResult, samples: StageResult, frames: StageResult,

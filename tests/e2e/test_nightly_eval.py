@@ -55,3 +55,9 @@ def test_nightly_eval_picks_the_newest_registered_version(tmp_path, prefect_harn
         [mlflow.MlflowClient(uri).get_experiment_by_name("evr1-nightly").experiment_id])
     logged = {k for r in runs for k in r.data.metrics}
     assert "videomme/accuracy" in logged and "heldout/coverage" in logged
+
+    # The next night, with no new version: the same results folder, nothing generated again.
+    lines = Path(results["eval-videomme"].uri, "results.jsonl").read_text()
+    again = nightly_eval("conf/nightly_tiny.yaml", overrides)
+    assert again["eval-videomme"].uri == results["eval-videomme"].uri
+    assert Path(again["eval-videomme"].uri, "results.jsonl").read_text() == lines
