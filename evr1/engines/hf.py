@@ -86,13 +86,13 @@ class HFEngine(EngineBase):
     def _generation_config(self, params: SamplingParams, num_return: int) -> GenerationConfig:
         """Every sampling knob set explicitly, so a checkpoint's generation_config.json (Qwen ships
         top_k=1, repetition_penalty=1.05, …) cannot silently change RL rollouts."""
-        sampling = {} if params.greedy else {"temperature": params.temperature}
+        # Greedy decoding ignores the sampling filters: leave them unset, or transformers warns about them.
+        sampling = {} if params.greedy else {"temperature": params.temperature, "top_p": params.top_p,
+                                             "top_k": params.top_k}
         return GenerationConfig(
             max_new_tokens=params.max_new_tokens,
             min_new_tokens=0,
             do_sample=not params.greedy,
-            top_p=params.top_p,
-            top_k=params.top_k,
             typical_p=1.0,
             repetition_penalty=1.0,
             no_repeat_ngram_size=0,
