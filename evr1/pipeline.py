@@ -237,7 +237,7 @@ def stage_cache_benchmarks(cfg: Config, model: StageResult, benchmarks: list[str
     model family's rules, so evaluation reads frames instead of decoding them (`evr1 cache --benchmarks`).
     Each benchmark's paths are confined to its video root; failures go to `eval_cache_rejects`."""
     from evr1.cache import build_frame_cache
-    from evr1.eval import get_benchmark
+    from evr1.eval import PromptContext, get_benchmark
     from evr1.eval.evaluate import load_items, video_root
     from evr1.models import family_of
 
@@ -249,9 +249,14 @@ def stage_cache_benchmarks(cfg: Config, model: StageResult, benchmarks: list[str
         bench = get_benchmark(name)
         if bench.extra.get("single_profile"):
             continue  # the held-out split is cached by the cache stage with the training data
-        items = load_items(cfg, bench)
-        media = [(f"{bench.name}/{i['id']}", path, kind) for i in items
-                 for kind, path in (("video", i.get("video")), ("image", i.get("image"))) if path]
+        ctx = PromptContext(profile=cfg.eval.profile)
+        media = []
+        for item in load_items(cfg, bench):
+            asked = bench.prompted(item, ctx)
+            # A clip cut by time is decoded when asked for: the cache holds whole-video samples.
+            media += [(f"{bench.name}/{item['id']}", v, "video") for v, seg in
+                      zip(asked.videos, list(asked.segments) or [None] * len(asked.videos)) if seg is None]
+            media += [(f"{bench.name}/{item['id']}", i, "image") for i in asked.images]
         rep = build_frame_cache(media, uri, params, data_root=video_root(cfg, bench), workers=cfg.cache.workers,
                                 ray_address=cfg.orchestration.ray_address, timeout_s=cfg.cache.timeout_s,
                                 rejects_uri=str(run_paths(cfg)["lance"] / "eval_cache_rejects"),

@@ -64,9 +64,15 @@ class FrameReader:
             self.hits += 1
         return clip
 
-    def video(self, path: str | os.PathLike) -> VideoClip:
-        """The sampled, resized clip for a video file."""
+    def video(self, path: str | os.PathLike, *, start: float | None = None, end: float | None = None) -> VideoClip:
+        """The sampled, resized clip for a video file, or for its [start, end] seconds.
+
+        A segment (MVBench's official protocol) is always decoded with the same rules: the cache holds
+        whole-video samples, keyed by content and parameters, and a segment's frames are not among them.
+        """
         real = resolve_media_path(path, self.data_root)
+        if start is not None or end is not None:
+            return decode_video(real, self.params, start=start, end=end)
         clip = self._cached(real, "video")
         return clip if clip is not None else decode_video(real, self.params)
 

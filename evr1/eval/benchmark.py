@@ -32,6 +32,8 @@ class Prompted:
     text: str
     videos: Sequence[str] = ()
     images: Sequence[str] = ()
+    # Per video: (start, end) seconds of the clip to sample from, or None for the whole video.
+    segments: Sequence[tuple[float | None, float | None] | None] = ()
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,11 @@ class Benchmark:
         text = prompt_for(self, item, ctx)
         videos = tuple(item.get("videos") or ((item["video"],) if item.get("video") else ()))
         images = tuple(item.get("images") or ((item["image"],) if item.get("image") else ()))
-        return Prompted(text=text, videos=videos, images=images)
+        segment = None  # a clip cut by time, where the official protocol cuts one (EasyVideoR1 never does)
+        if (self.extra.get("segments") and ctx.profile == "official"
+                and (item.get("start") is not None or item.get("end") is not None)):
+            segment = (_seconds(item.get("start")), _seconds(item.get("end")))
+        return Prompted(text=text, videos=videos, images=images, segments=(segment,) * len(videos))
 
     def score_item(self, output: str, item: Mapping[str, Any], profile: str = "official") -> dict[str, Any]:
         from evr1.eval.profiles import scorer_for
@@ -147,6 +153,10 @@ class Benchmark:
         from evr1.eval.profiles import aggregate_for
 
         return aggregate_for(self, profile)(pairs)
+
+
+def _seconds(value: Any) -> float | None:
+    return None if value is None or value == "" else float(value)
 
 
 def read_records(path: Path) -> list[dict]:

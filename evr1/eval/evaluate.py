@@ -47,8 +47,10 @@ def evaluate(cfg: Config, bench: Benchmark, items: list[dict], *, model_dir: Pat
         if e.subtitles and bench.subtitles is not None and root is not None:
             c = replace(ctx, subtitles=bench.subtitles(item, Path(root)))
         p = bench.prompted(item, c)
-        return adapter.encode_prompt(p.text, videos=[reader.video(v) for v in p.videos],
-                                     images=[reader.image(i) for i in p.images])
+        segments = list(p.segments) or [None] * len(p.videos)
+        videos = [reader.video(v, start=seg[0], end=seg[1]) if seg else reader.video(v)
+                  for v, seg in zip(p.videos, segments)]
+        return adapter.encode_prompt(p.text, videos=videos, images=[reader.image(i) for i in p.images])
 
     folder = Path(out_dir) / bench.name
     store = ResultStore(folder / "results.jsonl")

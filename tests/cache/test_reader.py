@@ -82,3 +82,15 @@ def test_images_use_their_own_pixel_bounds(media, tmp_path):
     image = FrameReader(uri, params, mode="cache-only").image(media["image"])
     assert image.shape[0] * image.shape[1] >= 200 * 200 and image.shape[0] % 28 == 0
     assert image.tobytes() == FrameReader(None, params, mode="decode-only").image(media["image"]).tobytes()
+
+
+def test_a_segment_is_sampled_from_its_seconds_in_every_mode(media, frames_uri):
+    # "long": 64 frames at 16 fps (4 s). Seconds [1, 3] hold frames 16..48.
+    for reader in (FrameReader(frames_uri, PARAMS, mode="cache-only"), FrameReader(None, PARAMS, mode="decode-only")):
+        clip = reader.video(media["long"], start=1.0, end=3.0)
+        assert clip.frame_indices and min(clip.frame_indices) >= 16 and max(clip.frame_indices) <= 48
+        whole = reader.video(media["clip"])  # a whole video still comes from the cache when it has it
+        assert whole.num_frames > 0
+    seg = FrameReader(None, PARAMS, mode="decode-only").video(media["long"], start=1.0, end=3.0)
+    again = FrameReader(frames_uri, PARAMS).video(media["long"], start=1.0, end=3.0)
+    assert seg.frames.tobytes() == again.frames.tobytes()  # decoded with the same rules either way

@@ -94,3 +94,16 @@ def test_whole_shared_file(annotations, tmp_path):
     assert rep.value == 1.0 and len([k for k in rep.parts if k.startswith("task/")]) == 18
     share = sum(i["gt"] == "A" for i in items) / len(items)
     assert run_benchmark(BENCH, items, constant("(A)"), tmp_path).parts["micro_accuracy"] == pytest.approx(share)
+
+
+def test_segments_follow_the_official_protocol_and_not_the_easyvideor1_one():
+    from evr1.eval import PromptContext
+
+    record = {"problem_id": 1, "problem": "What happened after?", "problem_type": "multiple choice",
+              "options": ["A. x", "B. y"], "solution": "<answer>A</answer>", "path": "./sta/sta_video/RPY8D.mp4",
+              "start": 19.5, "end": 36.4}
+    item = BENCH.item(record)
+    assert BENCH.prompted(item, PromptContext(profile="official")).segments == ((19.5, 36.4),)
+    assert BENCH.prompted(item, PromptContext(profile="easyvideor1")).segments == (None,)
+    whole = BENCH.item({k: v for k, v in record.items() if k not in ("start", "end")})
+    assert BENCH.prompted(whole, PromptContext(profile="official")).segments == (None,)
