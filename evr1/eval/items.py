@@ -19,6 +19,7 @@ _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL | re.IGNORECASE)
 _LABEL = re.compile(r"^\s*\(?([A-Z])\s*[.:)]\s?")
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+OVO_TYPES = ("rec", "ssr", "crr")  # OVO-Bench's forward tasks keep EasyVideoR1's upper-case type names
 
 
 class ItemError(ValueError):
@@ -89,7 +90,8 @@ def normalise(record: Mapping[str, Any], *, benchmark: str = "", index: int | No
     ptype = record.get("problem_type")
     if not isinstance(ptype, str) or not ptype.strip():
         raise ItemError(f"{where}: field 'problem_type' is missing or empty")
-    item["problem_type"] = ptype.strip().lower() if ptype.strip().lower() not in ("rec", "ssr", "crr") else ptype.strip().upper()
+    ptype = ptype.strip().lower()
+    item["problem_type"] = ptype.upper() if ptype in OVO_TYPES else ptype
     path = record.get("path") or record.get("video")
     if not isinstance(path, str) or not path.strip():
         raise ItemError(f"{where}: field 'path' is missing or empty")

@@ -5,18 +5,15 @@ Cases marked [exec] are the reference code's observed behaviour (eval-benchmarks
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from evr1.eval import PromptContext, get_benchmark, score as eval_score
+from evr1.eval.benchmark import read_records
 from evr1.eval.easyvideor1 import aggregate, extract_answer, prompt, score
 from evr1.eval.easyvideor1.score import THRESHOLDS, mean_relative_accuracy, normalize_number
 from evr1.eval.items import normalise
 
-ANNOTATIONS = Path(__file__).resolve().parents[2].parent / "shared" / "benchmarks" / "annotations"
 MC, NUM, REG = "multiple choice", "numerical", "regression"
 TG, STG = "temporal grounding", "spatial-temporal grounding"
 CHARADES_GT = '<think>{"time": [24.0, 30.0], "boxes": {}}</think><[PLHD21_never_used_51bce0c785ca2f68081bfa7d91973934]>'
@@ -364,21 +361,9 @@ def test_aggregate_livesports_and_odv_breakdowns():
 
 
 # ---- through the registry and on the shared annotation files --------------------------------------
-@pytest.fixture(scope="module")
-def annotations() -> Path:
-    if not ANNOTATIONS.is_dir():
-        pytest.skip(f"shared benchmark annotations not found at {ANNOTATIONS}")
-    return ANNOTATIONS
-
-
-def _records(path: Path) -> list[dict]:
-    text = path.read_text(encoding="utf-8")
-    return [json.loads(l) for l in text.splitlines() if l.strip()] if path.suffix == ".jsonl" else json.loads(text)
-
-
 def test_videomme_under_the_easyvideor1_profile(annotations):
     bench = get_benchmark("videomme")
-    records = _records(annotations / "videomme.json")[:40]
+    records = read_records(annotations / "videomme.json")[:40]
     for record in records:
         gt = normalise(record)["gt"]
         assert eval_score("videomme", f"Therefore, the final answer is: {gt}", record, profile="easyvideor1") == 1.0
@@ -397,7 +382,7 @@ def test_each_shared_file_scores_its_own_solution(annotations):
     """The solution as the output scores 1 for every type the reference scores (open-ended/caption: 0)."""
     judged = {"open-ended", "caption"}
     for path in sorted(annotations.glob("*.json*")):
-        records = _records(path)
+        records = read_records(path)
         sample = records[:150] + [r for r in records if r.get("problem_type") in ("REC", "SSR", "CRR", "numerical", "regression")]
         for record in sample:
             it = normalise(record)
@@ -405,10 +390,10 @@ def test_each_shared_file_scores_its_own_solution(annotations):
             assert score(str(record["solution"]), it)["score"] == want, (path.name, record.get("problem_id"))
 
 
-def test_prompt_for_real_records(annotations):
-    mmmu = [r for r in _records(annotations / "videommmu_with_image.json") if r.get("image_path")][0]
+def test_prompt_for_realread_records(annotations):
+    mmmu = [r for r in read_records(annotations / "videommmu_with_image.json") if r.get("image_path")][0]
     assert prompt(normalise(mmmu), PromptContext()).startswith("The image for this question is at the end of the video.\n")
-    charades = normalise(_records(annotations / "charades_sta.json")[0])
+    charades = normalise(read_records(annotations / "charades_sta.json")[0])
     assert prompt(charades, PromptContext()) == (
         f"Answer the following question based on the video.\nQuestion: {charades['problem']}\nPlease provide the time span in "
         "seconds as JSON within the <answer>...</answer> tags.\nExample:\n<answer>{\"time\": [12.3, 25.7]}</answer>\n")

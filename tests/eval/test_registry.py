@@ -9,8 +9,6 @@ from typer.testing import CliRunner
 from evr1.cli import app
 from evr1.eval import BENCHMARKS, PromptContext, get_benchmark, load_all
 
-ANNOTATIONS = Path(__file__).resolve().parents[2].parent / "shared" / "benchmarks" / "annotations"
-
 # The issue's list, by registry name (MLVU and MMVU each in two splits).
 ISSUE_BENCHMARKS = ["videomme", "videomme_v2", "mvbench", "tempcompass", "motionbench", "lvbench", "longvideobench",
                     "mlvu-test", "mlvu-dev", "holmes", "minerva", "vcrbench", "videoreasonbench", "longvideoreason",

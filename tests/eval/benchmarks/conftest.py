@@ -1,5 +1,5 @@
-"""Shared helpers for the per-benchmark tests: the shared annotation folder, and engines that answer
-by item (an oracle that gives the ground truth in the benchmark's expected form, a constant answer),
+"""Shared helpers for the per-benchmark tests (the `annotations` fixture is in tests/eval/conftest.py):
+engines that answer by item (an oracle that gives the ground truth in the benchmark's expected form, a constant answer),
 run through the real asynchronous runner and the benchmark's official aggregation."""
 
 from __future__ import annotations
@@ -11,21 +11,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
-
 from evr1.engines import SamplingParams
 from evr1.eval import Benchmark, Report, ResultStore, run_items
-
-ANNOTATIONS = Path(__file__).resolve().parents[3].parent / "shared" / "benchmarks" / "annotations"
-
-
-@pytest.fixture(scope="session")
-def annotations() -> Path:
-    """The shared annotation files; tests that need them skip, saying so, where the folder is absent."""
-    if not ANNOTATIONS.is_dir():
-        pytest.skip(f"shared benchmark annotations not found at {ANNOTATIONS}")
-    return ANNOTATIONS
-
 
 class AnswerEngine:
     """An engine whose "prompt" is the item id and whose answer is `answer(item)` for that item."""
