@@ -11,14 +11,20 @@ export RAY_AUTH_MODE := disabled
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test test-fast bench clean ui
+.PHONY: install demo test test-fast bench clean ui ui-down
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints/gpu-worker.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first, alone: `pip install torch==2.13.0` takes the local CPU build instead of CUDA wheels.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q torch==2.13.0 -e '.[dev]'
+	# Under the GPU image's pins (transformers, tokenizers, numpy, ray, lance, …): CI tests what GPU nodes run.
+	$(BIN)/pip install -q -c constraints/gpu-worker.txt torch==2.13.0 -e '.[dev]'
+	# bubblewrap sandboxes code rewards (evr1/rewards/sandbox.py); installed when missing and we are root.
+	if ! command -v bwrap >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; fi; \
+	  command -v bwrap >/dev/null || echo "warning: bubblewrap (bwrap) is missing: code rewards will refuse to run"; \
+	fi
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -35,9 +41,12 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_rewards.py
 
+# The Prefect server, a `local` worker and the MLflow UI of $(CONF)'s run folder; `make ui-down` stops them.
 ui: $(STAMP)
-	@echo "MLflow UI:  $(BIN)/mlflow ui --backend-store-uri sqlite:///runs/tiny/mlflow.db"
-	@echo "Prefect UI: $(BIN)/prefect server start  (then open http://127.0.0.1:4200)"
+	$(BIN)/evr1 services up $(CONF)
+
+ui-down:
+	$(BIN)/evr1 services down
 
 clean:
 	rm -rf runs .pytest_cache

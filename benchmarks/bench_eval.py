@@ -1,6 +1,7 @@
 """Eval throughput: the asynchronous runner vs a synchronous load-a-batch-then-generate loop.
 
 Run: .venv/bin/python benchmarks/bench_eval.py [--items 48] [--batch-size 4] [--repeats 3]
+     .venv/bin/python benchmarks/bench_eval.py --suite 4 [--items 48]   (one engine vs one per benchmark)
 
 Both loops evaluate the same synthetic videos (`evr1.data.make_synthetic`) with the same tiny
 random-weight model on the CPU HF engine, greedy. Frames are decoded on the fly (no cache) and
@@ -12,6 +13,11 @@ runner (`run_items`) loads with `--concurrency` threads while the engine generat
 engine_wait_fraction` for the runner, load time / (load + generate time) for the synchronous loop;
 "engine busy" is the rest of the wall time, spent generating.
 Items/s is the median over `--repeats` runs (the two loops alternate; one warm-up batch first).
+
+`--suite K` splits the items into K benchmarks and compares a suite run through ONE engine
+(`run_suite`: the engine is built once, all benchmarks' items share one bounded queue) with one engine
+per benchmark (built, run, released in turn, as evaluate did before). Both timings include building
+the engine(s) from the model directory, which is what a suite pays per benchmark on a real model.
 
 Generation uses `--torch-threads` (default 1) so the engine stands in for a GPU: it does not take
 every core from loading. With one thread per core, an OpenMP team on a busy machine stalls at its
@@ -38,6 +44,7 @@ from evr1.cache import FrameReader  # noqa: E402
 from evr1.data import make_synthetic  # noqa: E402
 from evr1.engines import SamplingParams, make_engine  # noqa: E402
 from evr1.eval import ResultStore, run_items  # noqa: E402
+from evr1.eval.runner import SuiteJob, run_suite  # noqa: E402
 from evr1.models import load_adapter, make_tiny  # noqa: E402
 from evr1.video.clip import FrameParams  # noqa: E402
 
@@ -54,6 +61,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--torch-threads", type=int, default=1,
                    help="torch intra-op threads for generation (0: torch's default, one per core)")
     p.add_argument("--family", default="qwen2_5_vl", choices=["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+    p.add_argument("--suite", type=int, default=0,
+                   help="split the items into this many benchmarks: one engine for the suite vs one per benchmark")
     args = p.parse_args(argv)
     if args.concurrency < 2:
         p.error("--concurrency must be at least 2")
@@ -74,6 +83,7 @@ def setup(args: argparse.Namespace, tmp: Path):
         return adapter.encode_prompt(item["problem"], videos=[reader.video(item["video"])])
 
     engine = make_engine("hf", model_dir=str(model_dir), batch_size=args.batch_size, device="cpu")
+    args.model_dir = model_dir
     return engine, items, load
 
 
@@ -108,7 +118,70 @@ def main(argv: list[str] | None = None) -> None:
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
     with tempfile.TemporaryDirectory(prefix="bench-eval-") as tmp:
-        report(args, Path(tmp), argv)
+        (suite_report if args.suite else report)(args, Path(tmp), argv)
+
+
+def suite_jobs(items, load, k: int, folder: Path) -> list[SuiteJob]:
+    """`items` dealt into `k` benchmarks `b0..b{k-1}`, each with its own result file."""
+    return [SuiteJob(benchmark=f"b{j}", items=items[j::k], load=load, score=lambda text, item: {"score": 0.0},
+                     store=ResultStore(folder / f"b{j}.jsonl")) for j in range(k)]
+
+
+def suite_once(args: argparse.Namespace, items, load, sampling: SamplingParams, folder: Path,
+               one_engine: bool) -> tuple[float, float, int]:
+    """(seconds, engine wait fraction, engines built) of the whole suite, engine construction included."""
+    build = lambda: make_engine("hf", model_dir=str(args.model_dir), batch_size=args.batch_size, device="cpu")
+    knobs = dict(sampling=sampling, concurrency=args.concurrency, batch_size=args.batch_size,
+                 queue_size=max(16, 2 * args.batch_size), timeout_s=600.0)
+    jobs = suite_jobs(items, load, args.suite, folder)
+    t0 = time.perf_counter()
+    if one_engine:
+        calls = [asyncio.run(run_suite(jobs, engine=build(), **knobs))]
+    else:
+        calls = [asyncio.run(run_suite([job], engine=build(), **knobs)) for job in jobs]
+    seconds = time.perf_counter() - t0
+    summaries = [s for call in calls for s in call.values()]
+    if any(s.failed for s in summaries):
+        raise RuntimeError(f"the suite failed items: see {folder}")
+    # Generating time per run_suite call; everything else (building engines, loading with nothing
+    # to generate, waiting between benchmarks) is the engine idle.
+    busy = sum(max(s.seconds for s in call.values()) * (1 - next(iter(call.values())).engine_wait_fraction)
+               for call in calls)
+    wait, built = 1 - busy / seconds, len(calls)
+    return seconds, wait, built
+
+
+def suite_report(args: argparse.Namespace, tmp: Path, argv: list[str] | None) -> None:
+    """The suite through one engine vs one engine per benchmark, alternating, `--repeats` times."""
+    engine, items, load = setup(args, tmp)
+    sampling = SamplingParams(n=1, max_new_tokens=args.max_new_tokens, temperature=0.0, seed=0)
+    engine.generate([load(i) for i in items[: args.batch_size]], sampling)  # warm-up: file cache, first calls
+    del engine
+    runs: dict[bool, list[tuple[float, float, int]]] = {True: [], False: []}
+    for rep in range(args.repeats):
+        for one in (False, True):
+            runs[one].append(suite_once(args, items, load, sampling, tmp / f"suite-{rep}-{one}", one))
+
+    def row(one: bool, label: str) -> tuple[str, float]:
+        rate = statistics.median(len(items) / s for s, _, _ in runs[one])
+        secs = statistics.median(s for s, _, _ in runs[one])
+        wait = statistics.median(w for _, w, _ in runs[one])
+        return f"| {label} | {runs[one][0][2]} | {rate:.2f} | {secs:.2f} | {100 * wait:.1f} |", rate
+
+    per_row, per_rate = row(False, "one engine per benchmark (built, run, released in turn)")
+    one_row, one_rate = row(True, "one engine for the suite (`run_suite`, one queue)")
+    command = ".venv/bin/python benchmarks/bench_eval.py " + " ".join(
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    print(f"`{command.strip()}`\n")
+    print(f"{args.suite} benchmarks of {len(items) // args.suite} synthetic videos each ({args.size}x{args.size}, "
+          f"{args.seconds:g} s), tiny {args.family} on CPU, HF engine ({args.torch_threads or torch.get_num_threads()} "
+          f"torch threads), greedy, {args.max_new_tokens} new tokens, batch {args.batch_size}, concurrency "
+          f"{args.concurrency}; engine construction included; median of {args.repeats} runs.\n")
+    print("| suite run | engines built | items/s | wall s | engine idle (%) |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    print(per_row)
+    print(one_row)
+    print(f"\none engine / one per benchmark throughput: {one_rate / per_rate:.2f}x")
 
 
 def report(args: argparse.Namespace, tmp: Path, argv: list[str] | None) -> None:

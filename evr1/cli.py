@@ -1,9 +1,16 @@
-"""The `evr1` command: the whole DAG (`run`) or any one stage on its own."""
+"""The `evr1` command: the whole DAG (`run`) or any one stage on its own.
+
+An error ends the command with one line on stderr naming what is wrong (file, record, field or key)
+and exit code 1 (2 for a config error); `evr1 --debug ...` (or EVR1_DEBUG=1) shows the traceback.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import sys
+import threading
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -13,9 +20,64 @@ from rich.console import Console
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# Progress bars of internal model saves and loads (tiny model, checkpoints, actors): nothing to act on.
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+_DEBUG = {"on": os.environ.get("EVR1_DEBUG", "") not in ("", "0")}
+
+
+def error_line(exc: BaseException) -> str:
+    """One line for a user: the original error (Ray's wrapper unwrapped), its lines joined; the type
+    is named unless the message is one of ours (a ValueError / LookupError subclass says what it is)."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException):
+        exc = cause
+    text = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip()) or repr(exc)
+    ours = type(exc).__module__.startswith("evr1.") or type(exc) in (ValueError, LookupError)
+    return text if ours else f"{type(exc).__name__}: {text}"
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _terminated(signum: int, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+class _App(typer.Typer):
+    """A Typer app whose uncaught errors print one line (the traceback only with --debug)."""
+
+    def __call__(self, *args, **kwargs):
+        # SIGTERM unwinds like Ctrl-C: open MLflow runs close KILLED, Ray and the frame cache shut down.
+        previous = signal.signal(signal.SIGTERM, _terminated) if _main_thread() else None
+        try:
+            return super().__call__(*args, **kwargs)
+        except KeyboardInterrupt:
+            if _DEBUG["on"]:
+                raise
+            print("evr1: interrupted", file=sys.stderr)
+            sys.exit(130)
+        except Exception as exc:
+            if _DEBUG["on"]:
+                raise
+            print(f"evr1: error: {error_line(exc)} (rerun with evr1 --debug for the traceback)", file=sys.stderr)
+            sys.exit(1)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+
+
+app = _App(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_show_locals=False)
 console = Console()
+
+
+@app.callback()
+def _main(debug: Annotated[bool, typer.Option("--debug", help="show the full traceback of an error")] = False
+          ) -> None:
+    if debug:
+        _DEBUG["on"] = True
+
 
 Overrides = Annotated[Optional[list[str]], typer.Argument(help="overrides: section.key=value")]
 
@@ -26,7 +88,9 @@ def _config(path: Path, overrides: list[str] | None):
     try:
         return load_config(path, overrides or [])
     except ConfigError as e:
-        console.print(f"[red]config error[/red]\n{e}")
+        if _DEBUG["on"]:
+            raise
+        print(f"evr1: config error: {error_line(e)}", file=sys.stderr)
         raise typer.Exit(2) from None
 
 
@@ -48,6 +112,7 @@ def run(config: Path = typer.Argument(Path("conf/tiny.yaml")), overrides: Overri
         console.print("\n" + Path(results["eval"].extra["table"]).read_text())
     uri = cfg.tracking.uri or f"sqlite:///{root / 'mlflow.db'}"
     console.print(f"run folder:   {root}")
+    console.print(f"run summary:  {root / 'summary.md'}   (UIs in one command: evr1 services up {config})")
     console.print(f"MLflow UI:    .venv/bin/mlflow ui --backend-store-uri {uri}   (then http://127.0.0.1:5000)")
     console.print("Prefect UI:   .venv/bin/prefect server start   (then http://127.0.0.1:4200; start it before "
                   "`evr1 run` to see the flow runs there)")
@@ -128,8 +193,7 @@ def eval_(config: Path, model_dir: Path, overrides: Overrides = None,
     model = StageResult(stage="model", uri=str(model_dir))
     frames = pipeline.stage_cache(cfg, samples, model) if needs_data else StageResult(stage="cache", uri="")
     summaries = []
-    for name in names:
-        res = pipeline.stage_eval(cfg, model, samples, frames, name)
+    for res in pipeline.stage_eval_suite(cfg, model, samples, frames, list(names)):  # one engine for all
         console.print(Path(res.extra["table"]).read_text())
         summaries.append(EvalSummary(**json.loads(Path(res.extra["summary"]).read_text())))
     console.print(suite_table(summaries, reference_model=cfg.eval.reference_model or guess_model(str(model_dir))))
@@ -166,6 +230,53 @@ def make_tiny(out: Path, family: Annotated[str, typer.Option(help="qwen2_vl | qw
     from evr1.models import make_tiny as build
 
     console.print(f"tiny {family} model written to {build(family, out, seed=seed)}")
+
+
+services_app = typer.Typer(no_args_is_help=True, help="The Prefect server, a `local` worker and the MLflow UI on 127.0.0.1.")
+app.add_typer(services_app, name="services")
+StateDir = Annotated[Path, typer.Option("--state", help="where logs, pids and the Prefect database live")]
+
+
+@services_app.command("up")
+def services_up(config: Path = typer.Argument(Path("conf/tiny.yaml"), help="whose MLflow store the UI shows"),
+                overrides: Overrides = None, state: StateDir = Path("runs/services"),
+                prefect_port: Annotated[Optional[int], typer.Option(help="default: a free port")] = None,
+                mlflow_port: Annotated[Optional[int], typer.Option(help="default: a free port")] = None,
+                deploy: Annotated[bool, typer.Option(help="register the deployments of prefect.yaml")] = True) -> None:
+    """Start the Prefect server, a process worker on the `local` pool and the MLflow UI; print the URLs."""
+    from evr1 import services
+    from evr1.tracking import default_tracking_uri
+
+    cfg = _config(config, overrides)
+    uri = cfg.tracking.uri or default_tracking_uri(cfg.run_dir())
+    data = services.up(state, tracking_uri=uri, project=Path.cwd(), prefect_port=prefect_port,
+                       mlflow_port=mlflow_port, deploy=deploy)
+    console.print(f"Prefect UI: {data['urls']['prefect']}\nMLflow UI:  {data['urls']['mlflow']}  ({uri})")
+    console.print(f"runs from this shell go to the server after:  export PREFECT_API_URL={data['api']}")
+    console.print(f"logs and pids: {state.resolve()}   stop with: evr1 services down --state {state}")
+
+
+@services_app.command("down")
+def services_down(state: StateDir = Path("runs/services")) -> None:
+    """Stop exactly what `evr1 services up` started (and their children)."""
+    from evr1 import services
+
+    stopped = services.down(state)
+    console.print("\n".join(f"stopped {name} (pids {', '.join(map(str, pids))})" for name, pids in stopped.items())
+                  or "nothing was running")
+
+
+@services_app.command("status")
+def services_status(state: StateDir = Path("runs/services")) -> None:
+    """Which services `up` started still run, with their URLs and logs."""
+    from evr1 import services
+
+    found = services.status(state)
+    for name, e in found.items():
+        console.print(f"{name:15} {'running' if e['running'] else 'stopped':8} pid {e['pid']:>7}  "
+                      f"{e.get('url', ''):28} {e['log']}")
+    if not found:
+        console.print("no services started from this state folder")
 
 
 if __name__ == "__main__":

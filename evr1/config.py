@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 from evr1.video.clip import FrameParams
@@ -21,8 +22,25 @@ class ConfigError(ValueError):
     """A config file or override that does not validate; the message names the key and its source."""
 
 
+def _leaf_types(annotation: Any) -> set[Any]:
+    """The types a field admits, through Optional/Union (`int | None` → {int, NoneType})."""
+    if get_origin(annotation) in (Union, type(int | None)):
+        return set().union(*(_leaf_types(a) for a in get_args(annotation)))
+    return {annotation}
+
+
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # Strict where a lax reading wrecks a run: no NaN/inf floats, no `true` read as the number 1.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_number(cls, value: Any, info: Any) -> Any:
+        if isinstance(value, bool):
+            admits = _leaf_types(cls.model_fields[info.field_name].annotation)
+            if admits & {int, float} and bool not in admits:
+                raise ValueError(f"expected a number, not the boolean {str(value).lower()}")
+        return value
 
 
 class RunConfig(Section):
@@ -36,6 +54,17 @@ class RunConfig(Section):
     @classmethod
     def _absolute(cls, value: str) -> str:
         return str(Path(value).expanduser().resolve())
+
+    @field_validator("name")
+    @classmethod
+    def _inside_root(cls, value: str) -> str:
+        """A relative path under run.root: `../x`, `/x` and `~/x` would put the run folder elsewhere."""
+        parts = value.replace("\\", "/").split("/")
+        bad_part = any(p in ("", ".", "..") for p in parts)
+        if not value.strip() or value.startswith(("/", "~")) or bad_part or "\0" in value:
+            raise ValueError(f"run.name {value!r} must be a relative folder name inside run.root "
+                             "(no '..', '/' or '~' prefix)")
+        return value
 
 
 class SynthConfig(Section):
@@ -57,6 +86,10 @@ class DataConfig(Section):
     data_root: str | None = None
     synth: SynthConfig | None = None
     check_media_exists: bool = True
+    # Longest prompt (text plus vision tokens, counted with the model family's rules) a record may
+    # have; longer ones go to the rejects at ingestion with their length, and are refused again when
+    # a prompt is built. Also capped by the model's positions minus rollout.max_new_tokens.
+    max_prompt_tokens: int = Field(8192, ge=1)
 
     @model_validator(mode="after")
     def _has_source(self) -> "DataConfig":
@@ -70,21 +103,30 @@ class CacheConfig(Section):
 
     enabled: bool = True
     mode: Literal["prefer-cache", "cache-only", "decode-only"] = "prefer-cache"
-    fps: float = 2.0
-    max_frames: int = 768
-    min_frames: int = 4
-    nframes: int | None = None
-    min_pixels: int | None = None
-    max_pixels: int | None = None
-    total_pixels: int | None = None
+    fps: float = Field(2.0, gt=0.0)
+    max_frames: int = Field(768, ge=1)
+    min_frames: int = Field(4, ge=1)
+    nframes: int | None = Field(None, ge=1)
+    min_pixels: int | None = Field(None, ge=1)
+    max_pixels: int | None = Field(None, ge=1)
+    total_pixels: int | None = Field(None, ge=1)
     rules: Literal["0.0.14", "0.0.8"] = "0.0.14"
-    image_min_pixels: int | None = None
-    image_max_pixels: int | None = None
+    image_min_pixels: int | None = Field(None, ge=1)
+    image_max_pixels: int | None = Field(None, ge=1)
     workers: int = Field(2, ge=0)
-    timeout_s: float = 120.0
+    timeout_s: float = Field(120.0, gt=0.0)
     # Lance URI of the frames table; defaults to <run folder>/lance/frames-v<store format>. Point several runs at one
     # shared URI (local or object storage) to reuse decoded frames across runs.
     uri: str | None = None
+
+    @model_validator(mode="after")
+    def _min_below_max(self) -> "CacheConfig":
+        for low, high in (("min_frames", "max_frames"), ("min_pixels", "max_pixels"),
+                          ("image_min_pixels", "image_max_pixels")):
+            a, b = getattr(self, low), getattr(self, high)
+            if a is not None and b is not None and a > b:
+                raise ValueError(f"cache: {low} ({a}) must not exceed {high} ({b})")
+        return self
 
     def frame_params(self, factor: int) -> FrameParams:
         """The sampling/resize parameters for a model family's resize factor (part of the cache key)."""
@@ -97,9 +139,21 @@ class TinyModelConfig(Section):
     seed: int = 0
 
 
+def refuse_hub_id(path: str | None, field: str) -> str | None:
+    """`path` unchanged, unless it names no folder here and reads as a Hugging Face hub id ("org/name"):
+    evr1 never downloads weights inside a stage, so that is refused now, with the command that fixes it."""
+    if path is None or Path(path).exists() or path.startswith((".", "/", "~")) or "://" in path:
+        return path
+    parts = path.split("/")
+    if len(parts) == 2 and all(parts):
+        raise ValueError(f"{field} {path!r} is a Hugging Face hub id, not a model folder on this machine: download it "
+                         f"first (`hf download {path} --local-dir /shared/models/{parts[1]}`) and set {field} to that folder")
+    return path
+
+
 class ModelConfig(Section):
-    # A Hugging Face model directory (or hub id on a machine that can download). When unset, a tiny
-    # random-weight model of `tiny.family` is built offline into the run folder.
+    # A Hugging Face model directory (a hub id is refused: download it first, see `refuse_hub_id`). When
+    # unset, a tiny random-weight model of `tiny.family` is built offline into the run folder.
     path: str | None = None
     tiny: TinyModelConfig | None = None
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -110,6 +164,7 @@ class ModelConfig(Section):
     def _has_model(self) -> "ModelConfig":
         if self.path is None and self.tiny is None:
             raise ValueError("model: set either model.path or model.tiny")
+        refuse_hub_id(self.path, "model.path")
         return self
 
 
@@ -193,7 +248,10 @@ class RewardConfig(Section):
     # their families (docs/rewards.md); loaded before ingestion, so their problem types are known.
     families: list[str] = []
     workers: int = Field(0, ge=0)
-    timeout_s: float = 10.0
+    timeout_s: float = Field(10.0, gt=0.0)
+    # Code rewards run model-written programs under bubblewrap; without it they refuse, unless this
+    # is set (then the program runs in a plain subprocess: only for trusted data on a throwaway machine).
+    allow_unsandboxed_code: bool = False
 
     @model_validator(mode="after")
     def _weights(self) -> "RewardConfig":
@@ -230,6 +288,14 @@ class TrainerConfig(Section):
     # never repeats it.
     warmup_sft_steps: int = Field(0, ge=0)
     warmup_lr: float | None = Field(None, gt=0.0)  # None: trainer.lr
+    # Prompts each worker reads and prepares ahead, in the background, while the current step runs
+    # (rollout: the next step's; policy ranks: the current step's, during generation). 0: none.
+    prefetch_prompts: int = Field(64, ge=0)
+    # Log-prob passes and the update run each prompt once with its n responses on top of its cached
+    # keys/values (equal to the unshared passes within float rounding). The update stays unshared
+    # under model.gradient_checkpointing, which drops that cache under grad. Groups form inside a
+    # micro-batch: micro_batch_size a multiple of rollout.n shares fully; 1 turns sharing off.
+    share_prompt_prefix: bool = True
     device: Literal["cpu", "cuda"] = "cpu"
     save_every: int = Field(0, ge=0)
     keep_last: int = Field(2, ge=1)
@@ -277,9 +343,13 @@ class EvalConfig(Section):
     batch_size: int = Field(8, ge=1)
     concurrency: int = Field(4, ge=1)
     queue_size: int = Field(16, ge=1)
+    # Data-parallel engine replicas (one per GPU, each a Ray actor off the flow's process) fed from the one
+    # queue of the whole suite; tensor_parallel GPUs per replica (vLLM) for a model one GPU cannot hold.
+    engines: int = Field(1, ge=1)
+    tensor_parallel: int = Field(1, ge=1)
     timeout_s: float = Field(300.0, gt=0.0)
     thinking: bool = False
-    limit: int | None = None
+    limit: int | None = Field(None, ge=1)
     # Row of evr1.eval.reference to set results beside (e.g. "qwen3-vl-8b-instruct"); None: no comparison.
     reference_model: str | None = None
     judge: JudgeConfig = JudgeConfig()
@@ -362,9 +432,28 @@ def _format_error(err: ValidationError, source: str) -> str:
         key = ".".join(str(p) for p in e["loc"]) or "(top level)"
         if e["type"] == "extra_forbidden":
             lines.append(f"{source}: unknown key '{key}'")
+        elif isinstance(e.get("input"), dict):  # a cross-field rule: the message names the keys, not a section dump
+            lines.append(f"{source}: {e['msg'].removeprefix('Value error, ')}")
         else:
             lines.append(f"{source}: key '{key}': {e['msg']} (got {e.get('input')!r})")
     return "\n".join(lines)
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load, except that a key given twice in one mapping is an error naming its line (YAML
+    itself says keys are unique; PyYAML would silently keep the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} on line {line} (first on line {seen[key]})", key_node.start_mark)
+            if isinstance(key, (str, int, float, bool)):
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -395,16 +484,41 @@ def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     """Read a YAML config, apply overrides, validate; errors name the key and the file."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise ConfigError(f"{path}: cannot read config: {e}") from e
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        reason = " ".join(str(e).split())
+        raise ConfigError(f"{path}: cannot read config: {reason}") from e
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    data = _anchor_data_paths(data, Path(os.path.abspath(path)).parent)
     source = str(path) if not overrides else f"{path} (with overrides {' '.join(overrides)})"
     try:
         return Config.model_validate(apply_overrides(data, list(overrides)))
     except ValidationError as e:
         raise ConfigError(_format_error(e, source)) from None
+
+
+def _anchor_data_paths(data: dict, folder: Path) -> dict:
+    """Relative `data.train_files`, `data.eval_files` and `data.data_root` in a config file are read
+    against the file's folder (where a user keeps them beside it), not the working directory;
+    overrides on the command line stay as given."""
+    section = data.get("data")
+    if not isinstance(section, dict):
+        return data
+
+    def anchor(value: Any) -> Any:
+        if not isinstance(value, str) or not value:
+            return value
+        given = Path(value).expanduser()
+        return str(given if given.is_absolute() else folder / given)
+
+    section = dict(section)
+    for key in ("train_files", "eval_files"):
+        if isinstance(section.get(key), list):
+            section[key] = [anchor(v) for v in section[key]]
+    if "data_root" in section:
+        section["data_root"] = anchor(section["data_root"])
+    return {**data, "data": section}
 
 
 def config_from_dict(data: dict, source: str = "<dict>") -> Config:

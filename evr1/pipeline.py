@@ -6,13 +6,16 @@ Prefect: `evr1 ingest|cache|train|merge|eval` call these functions directly.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
+from evr1 import lineage, progress
 from evr1.cache.store import STORE_FORMAT
 from evr1.config import Config, flat_params
 from evr1.results import StageResult
@@ -51,6 +54,8 @@ def run_token(cfg: Config) -> str:
 
 
 _PROCESS_RUN_KEY = uuid.uuid4().hex
+_SWEPT: set[str] = set()
+TRAIN_RUN_FILE = "mlflow_train_run.json"
 
 
 def tracker(cfg: Config, run_key: str | None = None) -> Tracker:
@@ -66,18 +71,43 @@ def tracker(cfg: Config, run_key: str | None = None) -> Tracker:
     root = run_paths(cfg)["root"]
     uri = t.uri or default_tracking_uri(root)
     tr = Tracker(uri, t.experiment, artifact_root=root / "mlartifacts")
+    if uri not in _SWEPT:  # runs a killed command left RUNNING are closed KILLED, once per process
+        _SWEPT.add(uri)
+        tr.close_dead_runs(root)
     marker = root / PARENT_RUN_FILE
     parents = json.loads(marker.read_text()) if marker.exists() else {}
     key = f"{uri}|{run_key or _PROCESS_RUN_KEY}"
     if key in parents:
         tr.parent_run_id = parents[key]
     else:
-        tr.start_parent(cfg.run.name, params=flat_params(cfg), tags={"evr1.run_dir": str(root)})
+        tr.start_parent(cfg.run.name, params=flat_params(cfg),
+                        tags={"evr1.run_dir": str(root), "evr1.config_fingerprint": cfg.fingerprint(),
+                              "evr1.git_commit": lineage.git_commit(), **lineage.context()})
+        _type_experiment(tr)
         parents[key] = tr.parent_run_id
         tmp = marker.with_suffix(f".{uuid.uuid4().hex}.tmp")
         tmp.write_text(json.dumps(parents, indent=1))
         os.replace(tmp, marker)
     return tr
+
+
+def _type_experiment(tr: Tracker) -> None:
+    """Open the experiment as model training in the MLflow 3 UI (not the GenAI evaluations view)."""
+    exp = tr.client.get_experiment_by_name(tr.experiment)
+    if exp is not None and exp.tags.get("mlflow.experimentKind") != "custom_model_development":
+        tr.client.set_experiment_tag(exp.experiment_id, "mlflow.experimentKind", "custom_model_development")
+
+
+def _lineage(tr: Tracker, cfg: Config, stage: str, **io: object) -> None:
+    """Tag the open stage run with what it read and wrote (see `evr1.lineage.stage_tags`)."""
+    tr.set_tags(lineage.stage_tags(stage, cfg.fingerprint(*STAGE_SECTIONS[stage]), **io))
+
+
+def _input(tr: Tracker, uri: str, version: int | None, name: str, context: str) -> None:
+    """Log a Lance table as an `mlflow.data` input of the open stage run (only when tracking is on:
+    MLflow's fluent API would otherwise open a run of its own)."""
+    if tr.enabled and tr.stage_run_id is not None and uri and version is not None:
+        lineage.log_lance_input(uri, version, name, context)
 
 
 def _hash(*parts: object) -> str:
@@ -119,8 +149,11 @@ def stage_key(stage: str, cfg: Config, upstream: list[StageResult], extra: objec
             # Items that failed last time (a timeout, an OOM) make the next flow run evaluate again, and
             # retry just those, instead of serving the cached summary with its failures.
             files.append(("failed", _failed_items(eval_dir(cfg, upstream[0], extra) / "results.jsonl")))
+        elif upstream and isinstance(extra, (list, tuple)):  # a suite: any benchmark's failures
+            files += [("failed", _failed_items(eval_dir(cfg, upstream[0], name) / "results.jsonl")) for name in extra]
     ups = [(u.stage, u.uri, u.version, u.content_hash) for u in upstream]
-    return _hash(stage, cfg.fingerprint(*STAGE_SECTIONS[stage]), cfg.run_dir(), run_token(cfg), ups, files, extra)
+    return _hash(stage, cfg.fingerprint(*STAGE_SECTIONS[stage]), cfg.run_dir(), run_token(cfg), ups, files, extra,
+                 lineage.code_version(stage))
 
 
 def training_fingerprint(cfg: Config, samples: StageResult, frames: StageResult, model: StageResult) -> str:
@@ -140,6 +173,7 @@ def stage_ingest(cfg: Config, *, run_key: str | None = None) -> StageResult:
     """Synthesise data if asked, then validate every record into Lance `samples` (+ `rejects`)."""
     from evr1 import rewards
     from evr1.data.ingest import ingest
+    from evr1.data.prompt_length import limit_for_config
     from evr1.data.synth import make_synthetic
 
     for ref in cfg.reward.families:  # user families register their problem types before validation
@@ -155,13 +189,14 @@ def stage_ingest(cfg: Config, *, run_key: str | None = None) -> StageResult:
                                  image_fraction=s.image_fraction, size=tuple(s.size), fps=s.fps, seconds=s.seconds)
             train_files, eval_files, root = [str(rep.train_path)], [str(rep.heldout_path)], str(p["data"] / "synth")
         samples_uri, rejects_uri = str(p["lance"] / "samples"), str(p["lance"] / "rejects")
+        prompt_limit = limit_for_config(cfg)  # over-long records are rejected with their length
         reports = []
         for split, files, mode in (("train", train_files, "overwrite"), ("heldout", eval_files, "append")):
             if not files:
                 continue
             reports.append(ingest(files, samples_uri, rejects_uri, split=split, data_root=root,
                                   resolve_problem_type=rewards.resolve, check_media_exists=d.check_media_exists,
-                                  mode=mode))
+                                  mode=mode, prompt_limit=prompt_limit))
         read = sum(r.read for r in reports)
         accepted = sum(r.accepted for r in reports)
         rejected = sum(r.rejected for r in reports)
@@ -169,6 +204,9 @@ def stage_ingest(cfg: Config, *, run_key: str | None = None) -> StageResult:
                    **{f"accepted_{r_split}": r.accepted for r_split, r in zip(("train", "heldout"), reports)}}
         tr.log_metrics(metrics)
         tr.log_dict({"reports": [r.model_dump(mode="json") for r in reports]}, "ingest_report.json")
+        _lineage(tr, cfg, "ingest", in_files=",".join(map(str, train_files + eval_files))[:5000],
+                 out_samples_uri=samples_uri, out_samples_version=reports[-1].samples_version if reports else None,
+                 out_rejects_uri=rejects_uri)
     return StageResult(stage="ingest", uri=samples_uri, version=reports[-1].samples_version,
                        content_hash=_hash([r.content_hash for r in reports]), metrics=metrics,
                        extra={"rejects_uri": rejects_uri, "data_root": root or ""})
@@ -211,7 +249,11 @@ def stage_cache(cfg: Config, samples: StageResult, model: StageResult, *, run_ke
         rep = build_frame_cache(_media_items(rows), frames_uri, params, data_root=samples.extra.get("data_root") or None,
                                 workers=cfg.cache.workers, ray_address=cfg.orchestration.ray_address,
                                 timeout_s=cfg.cache.timeout_s, rejects_uri=str(p["lance"] / "cache_rejects"),
-                                progress=sys.stderr.isatty())
+                                progress=progress.terminal())
+        progress.track("cache", 1, "build", bar=False).close(1)  # the builder draws the terminal bar itself
+        _lineage(tr, cfg, "cache", in_samples_uri=samples.uri, in_samples_version=samples.version,
+                 out_frames_uri=frames_uri, out_frames_version=rep.version)
+        _input(tr, samples.uri, samples.version, "samples", "cache")
         metrics = {"requested": rep.requested, "unique": rep.unique, "hits": rep.hits, "decoded": rep.decoded,
                    "failed": rep.failed, "seconds": rep.seconds}
         tr.log_metrics(metrics)
@@ -272,26 +314,70 @@ def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: S
                 run_key: str | None = None) -> StageResult:
     """GRPO on Ray; the checkpoint lands under <run>/checkpoints."""
     from evr1.data.ingest import read_samples
+    from evr1.rewards.sandbox import allow_unsandboxed
     from evr1.train.trainer import train
 
+    allow_unsandboxed(cfg.reward.allow_unsandboxed_code)  # code rewards: refuse without bubblewrap unless set
     p = run_paths(cfg)
     fingerprint = training_fingerprint(cfg, samples, frames, model)
     listed = frames.extra.get("undecodable")
     undecodable = set(json.loads(Path(listed).read_text())) if listed else set()
     rows = [r for r in read_samples(samples.uri, split="train") if r["sample_id"] not in undecodable]
+    if not rows:
+        raise ValueError(f"training has no samples: the {len(undecodable)} samples of split 'train' in {samples.uri} all "
+                         f"have media the frame cache rejected (reasons in {p['lance'] / 'cache_rejects'})")
     val_rows = read_samples(samples.uri, split="heldout") if cfg.trainer.val_every else None
     tr = tracker(cfg, run_key)
-    with tr.stage("train", params={"samples": len(rows), "excluded_undecodable": len(undecodable)}):
-        result = train(cfg, samples=rows, frames_uri=frames.uri or None, model_dir=Path(model.uri),
-                       out_dir=p["checkpoints"] / fingerprint, log_metrics=lambda m, s: tr.log_metrics(m, step=s),
-                       val_samples=val_rows)
+    out_dir = p["checkpoints"] / fingerprint
+    with tr.stage("train", params={"samples": len(rows), "excluded_undecodable": len(undecodable)},
+                  run_id=_train_run(out_dir, tr) if cfg.trainer.resume else None):
+        _remember_train_run(out_dir, tr)
+        done = tr.logged_steps()  # a continued run: what the killed command logged is not logged twice
+        bars = progress.TrainingProgress(cfg.trainer.warmup_sft_steps, cfg.trainer.steps)
+
+        def log_metrics(m: dict, s: int) -> None:
+            tr.log_metrics({k: v for k, v in m.items() if s > done.get(k, 0)}, step=s)
+            bars(m, s)
+
+        _input(tr, samples.uri, samples.version, "samples", "training")
+        _input(tr, frames.uri, frames.version, "frames", "training")
+        try:
+            result = train(cfg, samples=rows, frames_uri=frames.uri or None, model_dir=Path(model.uri),
+                           out_dir=out_dir, val_samples=val_rows, log_metrics=log_metrics)
+        finally:
+            bars.close(ok=sys.exc_info()[0] is None)
         tr.log_dict({"history": result.history}, "train_history.json")
+        _lineage(tr, cfg, "train", in_samples_uri=samples.uri, in_samples_version=samples.version,
+                 in_frames_uri=frames.uri, in_frames_version=frames.version, in_model=model.uri,
+                 out_checkpoint=result.checkpoint, out_step=result.steps)
+        _plot_training(tr, result.history)
     final = result.final_metrics
     headline = {k: final[k] for k in ("reward/overall", "reward/accuracy", "reward/format", "actor/pg_loss",
                                        "actor/kl_loss", "actor/entropy") if k in final}
     return StageResult(stage="train", uri=str(result.checkpoint), version=result.steps,
                        content_hash=_hash(fingerprint, result.steps), metrics=headline,
                        extra={"fingerprint": fingerprint})
+
+
+def _train_run(out_dir: Path, tr: Tracker) -> str | None:
+    """The MLflow run an earlier (killed, or shorter) training of this checkpoint folder logged to:
+    continuing it keeps one training one curve. None when there is none."""
+    marker = out_dir / TRAIN_RUN_FILE
+    if not tr.enabled or not marker.exists():
+        return None
+    return json.loads(marker.read_text()).get(tr.uri)
+
+
+def _remember_train_run(out_dir: Path, tr: Tracker) -> None:
+    if not tr.enabled or tr.stage_run_id is None:
+        return
+    marker = out_dir / TRAIN_RUN_FILE
+    known = json.loads(marker.read_text()) if marker.exists() else {}
+    if known.get(tr.uri) != tr.stage_run_id:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        tmp = marker.with_suffix(f".{uuid.uuid4().hex}.tmp")
+        tmp.write_text(json.dumps({**known, tr.uri: tr.stage_run_id}))
+        os.replace(tmp, marker)
 
 
 def stage_merge(cfg: Config, checkpoint: StageResult, model: StageResult, *,
@@ -301,13 +387,23 @@ def stage_merge(cfg: Config, checkpoint: StageResult, model: StageResult, *,
 
     out = run_paths(cfg)["merged"] / f"{checkpoint.extra.get('fingerprint', 'run')}-{Path(checkpoint.uri).name}"
     tr = tracker(cfg, run_key)
-    with tr.stage("merge"):
+    with tr.stage("merge"), progress.tracked("merge", 2, "steps") as bar:
         res = merge_checkpoint(Path(checkpoint.uri), out, base_model=Path(model.uri), dtype=cfg.model.dtype)
+        bar.update(1)
         metrics = {"num_parameters": float(res.num_parameters)}
         if res.max_logit_diff is not None:
             metrics["max_logit_diff"] = res.max_logit_diff
         tr.log_metrics(metrics)
-        version = tr.register_model_dir(out, cfg.tracking.register_model) if cfg.tracking.register_model else None
+        name = cfg.tracking.register_model
+        description = (f"GRPO-trained from {model.uri} on {checkpoint.extra.get('fingerprint', '?')} "
+                       f"(step {checkpoint.version}), run {cfg.run.name}, evr1 {lineage.git_commit() or 'unknown commit'}; "
+                       f"merged to a Hugging Face directory (safetensors).")
+        version = tr.register_model_dir(out, name, weights_sha256=res.weights_sha256,
+                                        description=description) if name else None
+        _lineage(tr, cfg, "merge", in_checkpoint=checkpoint.uri, in_step=checkpoint.version,
+                 out_model_dir=out, out_model_uri=f"models:/{name}/{version}" if version else None,
+                 out_registered_model=name or None, out_registered_version=version,
+                 out_weights_sha256=res.weights_sha256)
     return StageResult(stage="merge", uri=str(out), version=int(version) if version else None,
                        content_hash=res.weights_sha256, metrics=metrics)
 
@@ -362,26 +458,77 @@ def stage_registered_model(cfg: Config, name: str | None = None) -> StageResult:
 def stage_eval(cfg: Config, model: StageResult, samples: StageResult, frames: StageResult,
                benchmark: str = "heldout", *, run_key: str | None = None) -> StageResult:
     """Evaluate a model directory on one benchmark; per-item results are resumable by item id."""
+    return stage_eval_suite(cfg, model, samples, frames, [benchmark], run_key=run_key)[0]
+
+
+def stage_eval_suite(cfg: Config, model: StageResult, samples: StageResult, frames: StageResult,
+                     benchmarks: list[str], *, run_key: str | None = None) -> list[StageResult]:
+    """Evaluate a model directory on several benchmarks through ONE engine (loaded once, fed from one
+    queue); a result per benchmark, in order, each with its own files and its own MLflow stage."""
     from evr1.eval import get_benchmark
-    from evr1.eval.evaluate import evaluate, load_items
+    from evr1.eval.evaluate import evaluate_suite, load_items
 
     from evr1 import rewards
 
+    rewards.sandbox.allow_unsandboxed(cfg.reward.allow_unsandboxed_code)
     for ref in cfg.reward.families:
         rewards.load_reward_function(ref)
-    bench = get_benchmark(benchmark)
-    items = load_items(cfg, bench, samples.uri)
-    out = eval_dir(cfg, model, bench.name).parent
-    tr = tracker(cfg, run_key)
-    with tr.stage(f"eval-{bench.name}"):
-        # The benchmarks' own cache (`evr1 cache --benchmarks`) when built; the run's cache for its held-out split.
-        own = eval_frames_uri(cfg)
+    benches = [get_benchmark(name) for name in benchmarks]
+    # The benchmarks' own cache (`evr1 cache --benchmarks`) when built; the run's cache for its held-out split.
+    own = eval_frames_uri(cfg)
+
+    def frames_for(bench) -> str | None:
         has_own = cfg.eval.frames_uri is not None or (Path(own).exists() and not bench.extra.get("single_profile"))
-        frames_uri = own if has_own else (frames.uri or None)
-        summary = evaluate(cfg, bench, items, model_dir=Path(model.uri), frames_uri=frames_uri, out_dir=out)
-        tr.log_metrics(summary.metrics())
-        for name in ("table.md", "summary.json", "results.jsonl"):
-            tr.log_artifact(out / bench.name / name, "eval")
-    return StageResult(stage="eval", uri=str(out / bench.name), content_hash=model.content_hash,
-                       metrics=summary.metrics(), extra={"table": str(out / bench.name / "table.md"),
-                                                         "summary": str(out / bench.name / "summary.json")})
+        return own if has_own else (frames.uri or None)
+
+    suite = [(bench, load_items(cfg, bench, samples.uri), frames_for(bench)) for bench in benches]
+    out = eval_dir(cfg, model, benches[0].name).parent  # one folder per (model, eval settings)
+    tr = tracker(cfg, run_key)
+    # One benchmark: its MLflow stage wraps the run, so a failure closes it FAILED. A suite: each
+    # benchmark's stage gets its metrics and files once the shared run is over.
+    alone = tr.stage(f"eval-{benches[0].name}") if len(benches) == 1 else contextlib.nullcontext()
+    results = []
+    bar = progress.EvalProgress(sum(len(items if cfg.eval.limit is None else items[: cfg.eval.limit])
+                                    for _, items, _ in suite))
+    with alone:
+        try:
+            summaries = evaluate_suite(cfg, suite, model_dir=Path(model.uri), out_dir=out, on_result=bar)
+        finally:
+            bar.close(ok=sys.exc_info()[0] is None)
+        for bench in benches:
+            summary = summaries[bench.name]
+            with tr.stage(f"eval-{bench.name}") if len(benches) > 1 else contextlib.nullcontext():
+                tr.log_metrics(summary.metrics())
+                _lineage(tr, cfg, "eval", in_model=model.uri, in_model_version=model.version,
+                         in_frames_uri=frames_for(bench), out_results=out / bench.name)
+                if bench.extra.get("single_profile"):  # the held-out split of the run's own samples
+                    _input(tr, samples.uri, samples.version, "samples", "evaluation")
+                for name in ("table.md", "summary.json", "results.jsonl"):
+                    tr.log_artifact(out / bench.name / name, "eval")
+                results.append(StageResult(stage="eval", uri=str(out / bench.name), content_hash=model.content_hash,
+                                       metrics=summary.metrics(), extra={"table": str(out / bench.name / "table.md"),
+                                                                         "summary": str(out / bench.name / "summary.json")}))
+        _plot_scores(tr, {b.name: summaries[b.name].score for b in benches})
+    return results
+
+
+def _plot_training(tr: Tracker, history: list[dict]) -> None:
+    """Training curves (reward, accuracy, KL, entropy, length vs step) as a PNG of the open stage run."""
+    if not tr.enabled or not history:
+        return
+    from evr1.plots import training_curves
+
+    out = Path(tempfile.mkdtemp(prefix="evr1-plots-")) / "training_curves.png"
+    if training_curves(history, out):
+        tr.log_artifact(out, "plots")
+
+
+def _plot_scores(tr: Tracker, scores: dict[str, float]) -> None:
+    """Per-benchmark scores as bars, a PNG of the parent run (and of the newest eval stage run)."""
+    if not tr.enabled or not scores or tr.parent_run_id is None:
+        return
+    from evr1.plots import benchmark_bars
+
+    out = Path(tempfile.mkdtemp(prefix="evr1-plots-")) / "benchmark_scores.png"
+    benchmark_bars(scores, out)
+    tr.client.log_artifact(tr.parent_run_id, str(out), "plots")

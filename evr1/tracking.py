@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -62,20 +63,79 @@ class Tracker:
         return self.parent_run_id
 
     @contextlib.contextmanager
-    def stage(self, name: str, *, params: Mapping[str, Any] = {}) -> Iterator["Tracker"]:
-        """A nested run for one stage, closed FAILED if the stage raises."""
+    def stage(self, name: str, *, params: Mapping[str, Any] = {}, run_id: str | None = None
+              ) -> Iterator["Tracker"]:
+        """A nested run for one stage, or the stage run `run_id` reopened (a killed training continues
+        its curve); closed FINISHED, FAILED if the stage raises, KILLED if it is interrupted (Ctrl-C,
+        SIGTERM). Both runs carry this process's id, so a later command can close them after a kill -9."""
         if not self.enabled:
             yield self
             return
-        with mlflow.start_run(run_id=self.parent_run_id):
-            with mlflow.start_run(run_name=name, nested=True, tags={"evr1.stage": name}) as child:
-                self._stage_run_id = child.info.run_id
-                if params:
-                    _log_params_chunked(params)
-                try:
-                    yield self
-                finally:
-                    self._stage_run_id = None
+        owner = owner_tags()
+        if run_id is not None and not self._exists(run_id):
+            run_id = None
+        mlflow.start_run(run_id=self.parent_run_id, tags=owner)
+        status, opened = "FAILED", 1
+        try:
+            if run_id is None:
+                child = mlflow.start_run(run_name=name, nested=True, tags={"evr1.stage": name, **owner})
+            else:
+                child = mlflow.start_run(run_id=run_id, nested=True, tags=owner)
+                known = child.data.params
+                params = {k: v for k, v in params.items() if k not in known}
+            opened = 2
+            self._stage_run_id = child.info.run_id
+            if params:
+                _log_params_chunked(params)
+            yield self
+            status = "FINISHED"
+        except (KeyboardInterrupt, SystemExit):
+            status = "KILLED"
+            raise
+        finally:
+            self._stage_run_id = None
+            for _ in range(opened):  # the stage run, then the parent
+                mlflow.end_run(status)
+
+    def _exists(self, run_id: str) -> bool:
+        try:
+            return self.client.get_run(run_id).info.lifecycle_stage == "active"
+        except mlflow.exceptions.MlflowException:
+            return False
+
+    @property
+    def stage_run_id(self) -> str | None:
+        """The stage run open now (inside `stage`), else None."""
+        return self._stage_run_id
+
+    def logged_steps(self) -> dict[str, int]:
+        """metric → the last step the open stage run holds for it (empty for a new run): a resumed
+        training skips what its killed predecessor already logged, so each step is logged once."""
+        if not self.enabled or self._stage_run_id is None:
+            return {}
+        client = self.client
+        keys = client.get_run(self._stage_run_id).data.metrics
+        return {k: max((m.step for m in client.get_metric_history(self._stage_run_id, k)), default=0) for k in keys}
+
+    def close_dead_runs(self, run_dir: str | Path) -> list[str]:
+        """Mark KILLED the RUNNING runs of `run_dir` (parent and stage runs) whose owning process on this
+        host is gone: a command killed with -9 cannot close its own runs. Returns their ids."""
+        if not self.enabled:
+            return []
+        client = self.client
+        exp = client.get_experiment_by_name(self.experiment)
+        if exp is None:
+            return []
+        closed = []
+        for run in client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'", max_results=5000):
+            tags = run.data.tags
+            if tags.get("evr1.run_dir") not in (None, str(run_dir)) or "evr1.pid" not in tags:
+                continue
+            if tags.get("evr1.host") == socket.gethostname() and not _process_alive(tags["evr1.pid"],
+                                                                                 tags.get("evr1.pid_started")):
+                client.set_terminated(run.info.run_id, "KILLED")
+                closed.append(run.info.run_id)
+        return closed
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         if self.enabled and metrics:
@@ -101,22 +161,56 @@ class Tracker:
         if self.enabled:
             mlflow.set_tags(dict(tags))
 
-    def register_model_dir(self, model_dir: Path, name: str) -> str | None:
-        """Log a merged model directory as an artifact of the current run and register it as a new version."""
+    def register_model_dir(self, model_dir: Path, name: str, *, weights_sha256: str | None = None,
+                           description: str | None = None) -> str | None:
+        """Log a merged model directory as an artifact of the current run and register it as a new version.
+
+        Weights already registered under `name` (same `weights_sha256`) reuse that version instead of
+        adding a duplicate; `description` says how the version was trained."""
         if not self.enabled:
             return None
-        run = mlflow.active_run()
-        mlflow.log_artifacts(str(model_dir), artifact_path="model")
         client = self.client
         try:
             client.get_registered_model(name)
         except mlflow.exceptions.MlflowException:
             client.create_registered_model(name, description="Merged evr1 policies (Hugging Face directories).")
+        if weights_sha256:
+            same = client.search_model_versions(f"name = '{name}' and tag.`evr1.weights_sha256` = '{weights_sha256}'")
+            if same:
+                return str(min(int(v.version) for v in same))
+        run = mlflow.active_run()
+        mlflow.log_artifacts(str(model_dir), artifact_path="model")
         # A plain directory of files, not an MLflow "logged model" flavour: register its artifact location.
         source = f"{run.info.artifact_uri.rstrip('/')}/model"
-        version = client.create_model_version(name, source=source, run_id=run.info.run_id,
-                                              tags={"evr1.model_dir": str(model_dir)})
+        tags = {"evr1.model_dir": str(model_dir), **({"evr1.weights_sha256": weights_sha256} if weights_sha256 else {})}
+        version = client.create_model_version(name, source=source, run_id=run.info.run_id, tags=tags,
+                                              description=description)
         return str(version.version)
+
+
+def _started(pid: int | str) -> str:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22): with the pid it
+    names one process, even after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return ""
+
+
+def owner_tags() -> dict[str, str]:
+    """Tags naming the process that has a run open: host, pid and the pid's start time."""
+    return {"evr1.host": socket.gethostname(), "evr1.pid": str(os.getpid()), "evr1.pid_started": _started(os.getpid())}
+
+
+def _process_alive(pid: str, started: str | None) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError):
+        return True
+    return not started or _started(pid) == started
 
 
 def _log_params_chunked(params: Mapping[str, Any]) -> None:

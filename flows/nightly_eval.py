@@ -2,9 +2,10 @@
 
 Deployed with a cron schedule by prefect.yaml (`nightly-eval/nightly-tiny`, `nightly-eval/nightly`);
 run once by hand with `prefect deployment run 'nightly-eval/nightly'` or
-`python -m flows.nightly_eval conf/nightly_tiny.yaml`. Each benchmark is a cached task keyed by the
-model version's content and the eval settings, so a night without a new model re-uses last night's
-results, and a failed benchmark is retried alone.
+`python -m flows.nightly_eval conf/nightly_tiny.yaml`. The suite is one cached task keyed by the
+model version's content, the eval settings and the benchmarks, so a night without a new model re-uses
+last night's results; it runs every benchmark through one engine (one model load, one queue), and a
+rerun evaluates only the items that have no result yet or failed.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def nightly_eval(config: str = "conf/nightly_tiny.yaml", overrides: list[str] | 
     samples = stages.ingest(cfg) if needs_data else StageResult(stage="ingest", uri="")
     frames = StageResult(stage="cache", uri="")
     results = {"model": model}
-    evals = [stages.evaluate(cfg, model, samples, frames, name) for name in cfg.eval.benchmarks]
+    evals = stages.evaluate_suite(cfg, model, samples, frames, list(cfg.eval.benchmarks))
     results.update({f"eval-{name}": r for name, r in zip(cfg.eval.benchmarks, evals)})
     print(stages.report(cfg, model, evals))
     return results

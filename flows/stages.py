@@ -47,6 +47,6 @@ def eval_flow(config: str, model_dir: str, overrides: list[str] | None = None,
         frames = stages.cache(cfg, samples, base)
     else:
         samples, frames = StageResult(stage="ingest", uri=""), StageResult(stage="cache", uri="")
-    evals = [stages.evaluate(cfg, base, samples, frames, name) for name in names]
+    evals = stages.evaluate_suite(cfg, base, samples, frames, list(names))
     stages.report(cfg, base, evals)
     return {f"eval-{name}": r for name, r in zip(names, evals)}

@@ -9,15 +9,22 @@ folder is never served from the cache. The MLflow parent run is keyed by the flo
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
+import logging
+import os
 import re
+from datetime import datetime, timezone
 from pathlib import Path
 
-from prefect import runtime, task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect import get_run_logger, runtime, task
+from prefect.artifacts import (create_markdown_artifact, create_progress_artifact, create_table_artifact,
+                               update_progress_artifact)
 from prefect.cache_policies import TASK_SOURCE, CacheKeyFnPolicy
 
-from evr1 import pipeline
+from evr1 import lineage, pipeline, progress, ray_logs
+from evr1 import summary as run_summary
 from evr1.config import Config
 from evr1.results import StageResult
 
@@ -25,7 +32,8 @@ from evr1.results import StageResult
 def _key(stage: str):
     def key(context, parameters) -> str:
         upstream = [v for v in parameters.values() if isinstance(v, StageResult)]
-        return pipeline.stage_key(stage, parameters["cfg"], upstream, parameters.get("benchmark"))
+        names = parameters.get("benchmark", parameters.get("benchmarks"))
+        return pipeline.stage_key(stage, parameters["cfg"], upstream, list(names) if isinstance(names, tuple) else names)
     return CacheKeyFnPolicy(cache_key_fn=key)
 
 
@@ -37,7 +45,75 @@ def _run_key() -> str | None:
     return str(runtime.flow_run.id) if runtime.flow_run.id else None
 
 
+class _ArtifactBar:
+    """A progress display kept as a Prefect progress artifact of the running flow (0 → 100 %).
+
+    Updates are throttled to one a second (and always at the end); `_sync=True` because the eval
+    runner reports from inside its event loop, where Prefect would otherwise hand back a coroutine."""
+
+    def __init__(self, name: str, total: float, unit: str):
+        self.name, self.total, self.unit = name, total, unit
+        self.id = create_progress_artifact(0.0, key=_artifact_key(f"progress-{name}"),
+                                           description=f"{name}: 0/{total:g} {unit}", _sync=True)
+        self._push = progress.Throttle(self._send, seconds=1.0)
+
+    def _send(self, done: float, fields: dict) -> None:
+        info = progress.describe(fields)
+        text = f"{self.name}: {done:g}/{self.total:g} {self.unit}" + (f" · {info}" if info else "")
+        update_progress_artifact(self.id, progress=min(100.0, 100.0 * done / self.total), description=text,
+                                 _sync=True)
+
+    def update(self, done: float, **fields) -> None:
+        self._fields = fields
+        self._push(done, fields, force=done >= self.total)
+
+    def close(self, done: float | None = None) -> None:
+        if done is not None:  # the last figures (reward, score so far) stay in the description
+            self._push(done, getattr(self, "_fields", {}), force=True)
+
+
+def _flow_run_url(flow_run_id: str) -> str | None:
+    from prefect.settings import PREFECT_UI_URL
+
+    ui = PREFECT_UI_URL.value()
+    return f"{ui.rstrip('/')}/runs/flow-run/{flow_run_id}" if ui else None
+
+
+def _logger():
+    """The task run's logger (its records reach the flow-run log), or a plain one outside a run."""
+    from prefect.exceptions import MissingContextError
+
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return logging.getLogger("evr1.ray")
+
+
+def _watched(fn):
+    """Run a stage task body with progress artifacts on, Ray worker warnings and errors in the task's log,
+    and the flow run's id and URL as lineage tags."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        run_id = _run_key()
+        if run_id:
+            lineage.set_context({"prefect.flow_run_id": run_id, "prefect.flow_run_url": _flow_run_url(run_id)})
+        with progress.sinks(_ArtifactBar) if run_id else contextlib.nullcontext(), \
+                ray_logs.forwarded(_logger()):
+            return fn(*args, **kwargs)
+    return wrapper
+
+
+def forced(stage_task, force: bool | list[str] | None):
+    """`stage_task`, refreshed (run again and its cache entry replaced) when `force` is True or names
+    its stage: a targeted rerun, without Prefect's global refresh setting."""
+    name = stage_task.name
+    if force is True or (isinstance(force, (list, tuple, set)) and name in force):
+        return stage_task.with_options(refresh_cache=True)
+    return stage_task
+
+
 @task(**_cached("ingest"))
+@_watched
 def ingest(cfg: Config) -> StageResult:
     """Validate the dataset into Lance samples + rejects."""
     result = pipeline.stage_ingest(cfg, run_key=_run_key())
@@ -50,6 +126,7 @@ def ingest(cfg: Config) -> StageResult:
 
 
 @task(**_cached("model"))
+@_watched
 def model(cfg: Config) -> StageResult:
     """Resolve the starting model (or build the tiny one)."""
     return pipeline.stage_model(cfg, run_key=_run_key())
@@ -62,36 +139,56 @@ def registered_model(cfg: Config, name: str | None = None) -> StageResult:
 
 
 @task(**_cached("cache"))
+@_watched
 def cache(cfg: Config, samples: StageResult, base_model: StageResult) -> StageResult:
     """Decode media into the Lance frame cache."""
     return pipeline.stage_cache(cfg, samples, base_model, run_key=_run_key())
 
 
 @task(**_cached("train"))
+@_watched
 def train(cfg: Config, samples: StageResult, frames: StageResult, base_model: StageResult) -> StageResult:
     """GRPO training on Ray; returns the checkpoint reference."""
     return pipeline.stage_train(cfg, samples, frames, base_model, run_key=_run_key())
 
 
 @task(**_cached("merge"))
+@_watched
 def merge(cfg: Config, checkpoint: StageResult, base_model: StageResult) -> StageResult:
     """Merge the checkpoint into a Hugging Face directory and register it."""
     return pipeline.stage_merge(cfg, checkpoint, base_model, run_key=_run_key())
 
 
 @task(**_cached("eval"))
+@_watched
 def evaluate(cfg: Config, model_dir: StageResult, samples: StageResult, frames: StageResult,
              benchmark: str = "heldout") -> StageResult:
     """Evaluate a model on a benchmark and publish its table (headline metric and breakdowns)."""
     result = pipeline.stage_eval(cfg, model_dir, samples, frames, benchmark, run_key=_run_key())
+    _eval_table(benchmark, result, model_dir)
+    return result
+
+
+@task(**_cached("eval"))
+@_watched
+def evaluate_suite(cfg: Config, model_dir: StageResult, samples: StageResult, frames: StageResult,
+                   benchmarks: list[str]) -> list[StageResult]:
+    """Evaluate a model on several benchmarks through one engine; a table per benchmark."""
+    results = pipeline.stage_eval_suite(cfg, model_dir, samples, frames, list(benchmarks), run_key=_run_key())
+    for name, result in zip(benchmarks, results):
+        _eval_table(name, result, model_dir)
+    return results
+
+
+def _eval_table(benchmark: str, result: StageResult, model_dir: StageResult) -> None:
+    """The benchmark's table artifact: headline metric, breakdowns, coverage."""
     summary = json.loads(Path(result.extra["summary"]).read_text())
     rows = [{"part": summary["metric"], "value": round(100 * summary["score"], 2)}]
-    rows += [{"part": k, "value": round(100 * v, 2) if not k.startswith("judge/") else v}
+    rows += [{"part": k, "value": round(100 * v, 2) if not k.startswith(("judge/", "undecided")) else v}
              for k, v in summary["parts"].items()]
     rows.append({"part": "coverage", "value": f"{summary['scored']}/{summary['items']} scored, {summary['failed']} failed"})
     create_table_artifact(key=_artifact_key(f"eval-{benchmark}"), table=rows,
                           description=f"{benchmark} ({summary['profile']} profile): {model_dir.uri}")
-    return result
 
 
 @task(name="report", persist_result=True)
@@ -110,3 +207,60 @@ def report(cfg: Config, model_dir: StageResult, results: list[StageResult]) -> s
 def _artifact_key(name: str) -> str:
     """Artifact keys allow only lowercase letters, digits and dashes."""
     return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+
+
+class Recorder:
+    """Calls the stage tasks of a flow and remembers, per stage, whether it ran in this attempt, came
+    from the cache, was finished by an earlier attempt of the same flow run, or failed, and how long
+    it took: what the run summary shows."""
+
+    def __init__(self, started: datetime | None = None):
+        self.started = started or datetime.now(timezone.utc)
+        self.rows: dict[str, dict] = {}
+
+    def __call__(self, name: str, stage_task, *args):
+        t0 = datetime.now(timezone.utc)
+        state = stage_task(*args, return_state=True)
+        seconds = (datetime.now(timezone.utc) - t0).total_seconds()
+        if state.name == "Cached":
+            status = "cached"
+        elif state.is_completed():
+            status = "earlier" if state.timestamp is not None and state.timestamp < self.started else "ran"
+        else:
+            status = "failed"
+        self.rows[name] = {"status": status, "seconds": seconds}
+        return state.result()  # raises the stage's error when it failed
+
+
+def _row(key: str, result: StageResult | None, seen: dict | None) -> run_summary.StageRow:
+    status, seconds = (seen["status"], seen["seconds"]) if seen else ("skipped", None)
+    outputs = ([result.uri + (f" (v{result.version})" if result.version is not None else "")]
+               if result and result.uri else [])
+    return run_summary.StageRow(key, status, seconds, dict(result.metrics) if result else {}, outputs)
+
+
+def _task_of(key: str) -> str:
+    """A flow's result key → the recorded stage (an eval suite produces `eval-<benchmark>` keys)."""
+    return "eval" if key.startswith("eval-") else key
+
+
+@task(name="summary", persist_result=False)
+def summarize(cfg: Config, results: dict[str, StageResult], recorded: dict[str, dict],
+              stages: list[str] | None = None) -> str:
+    """The run summary (markdown artifact `run-summary` and `summary.md` in the run folder): every stage,
+    ran or cached, its duration, headline metrics, outputs, and the MLflow and Prefect links."""
+    flow_run_id = _run_key()
+    names = [k for k in list(results) + [s for s in (stages or []) if s not in results] if k != "eval"]
+    rows = [_row(k, results.get(k), recorded.get(k) or recorded.get(_task_of(k))) for k in names]
+    links: dict[str, str] = {}
+    tr = pipeline.tracker(cfg, flow_run_id)
+    if tr.enabled and tr.parent_run_id:
+        exp = tr.client.get_experiment_by_name(tr.experiment)
+        ui = os.environ.get("EVR1_MLFLOW_UI_URL") or (tr.uri if str(tr.uri).startswith("http") else None)
+        links["MLflow run"] = run_summary.mlflow_run_url(ui, exp.experiment_id, tr.parent_run_id)
+    if flow_run_id and (url := _flow_run_url(flow_run_id)):
+        links["Prefect flow run"] = url
+    markdown = run_summary.render(f"{cfg.run.name}: run summary", rows, links=links)
+    run_summary.write(cfg.run_dir(), markdown)
+    create_markdown_artifact(key="run-summary", markdown=markdown, description=f"summary of {cfg.run.name}")
+    return markdown

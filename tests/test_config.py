@@ -103,3 +103,58 @@ def test_apply_overrides_does_not_mutate_and_flat_params(tmp_path):
     assert data == {"a": {"b": 1}} and out == {"a": {"b": 1, "c": {"d": 2}}}
     params = flat_params(load_config(_write(tmp_path, BASE)))
     assert params["trainer.steps"] == "4" and params["model.tiny.family"] == "qwen3_vl"
+
+
+# Every value issue 15 found to wreck a run, refused at load time with its key (and, for the
+# cross-field rules, both keys named).
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        (["cache.timeout_s=-5"], "cache.timeout_s"),
+        (["cache.timeout_s=0"], "cache.timeout_s"),
+        (["cache.max_frames=0"], "cache.max_frames"),
+        (["cache.min_frames=0"], "cache.min_frames"),
+        (["reward.timeout_s=-1"], "reward.timeout_s"),
+        (["eval.limit=-1"], "eval.limit"),
+        (["eval.limit=0"], "eval.limit"),
+        (["cache.fps=-2"], "cache.fps"),
+        (["cache.fps=.nan"], "cache.fps"),
+        (["cache.min_frames=16", "cache.max_frames=8"], "min_frames (16) must not exceed max_frames (8)"),
+        (["cache.min_pixels=5000", "cache.max_pixels=100"], "min_pixels (5000) must not exceed max_pixels (100)"),
+        (["cache.image_min_pixels=9", "cache.image_max_pixels=4"], "image_min_pixels (9) must not exceed"),
+        (["cache.max_pixels=0"], "cache.max_pixels"),
+        (["trainer.lr=.inf"], "trainer.lr"),
+        (["trainer.lr=-1e-5"], "trainer.lr"),
+        (["trainer.steps=true"], "trainer.steps"),
+        (["trainer.steps=1.5"], "trainer.steps"),
+        (["rollout.n=true"], "rollout.n"),
+        (["data.max_prompt_tokens=0"], "data.max_prompt_tokens"),
+        (["run.name=../../escape"], "run.name"),
+        (["run.name=/tmp/elsewhere"], "run.name"),
+        (["run.name=~/elsewhere"], "run.name"),
+        (["run.name=a/../../b"], "run.name"),
+        (["run.name="], "run.name"),
+    ],
+)
+def test_values_that_wreck_a_run_are_refused(tmp_path, overrides, named):
+    p = _write(tmp_path, BASE)
+    with pytest.raises(ConfigError) as e:
+        load_config(p, overrides)
+    assert named in str(e.value)
+
+
+def test_sane_edges_still_load(tmp_path):
+    cfg = load_config(_write(tmp_path, BASE), ["eval.limit=1", "cache.min_frames=8", "cache.max_frames=8",
+                                               "run.name=sweep/a", "trainer.lr=1", "cache.fps=0.5"])
+    assert cfg.eval.limit == 1 and cfg.run_dir() == Path(cfg.run.root) / "sweep" / "a"
+    assert load_config(_write(tmp_path, BASE), ["eval.limit=null"]).eval.limit is None
+
+
+def test_duplicate_yaml_keys_are_refused_with_their_line(tmp_path):
+    p = _write(tmp_path, BASE + "trainer:\n  steps: 3\n  lr: 1.0e-5\n  steps: 9\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert "duplicate key 'steps' on line 6 (first on line 4)" in str(e.value) and str(p) in str(e.value)
+    p = _write(tmp_path, BASE + "trainer: {steps: 3}\ntrainer: {steps: 4}\n")
+    with pytest.raises(ConfigError, match="duplicate key 'trainer' on line 4"):
+        load_config(p)

@@ -13,7 +13,6 @@ Every failure becomes a reject row (record id, path, reason); the rest of the bu
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -22,9 +21,11 @@ import lance
 import pyarrow as pa
 from rich.console import Console
 
-from evr1.cache.keys import content_hash, frame_key
+from evr1.cache.keys import HashTimeout, content_hash, frame_key, hash_index_for
 from evr1.cache.paths import resolve_media_path
-from evr1.cache.store import clip_row, commit_fragments, ensure_frames, existing_keys, open_table, write_fragment
+from evr1.cache.store import (build_lock, clip_row, commit_fragments, ensure_frames, existing_keys, open_table,
+                              remove_stray_files, write_fragment)
+from evr1.local_ray import start_local
 from evr1.video.clip import FrameParams, VideoClip
 from evr1.video.decode import decode_video, load_image
 from evr1.video.errors import MediaDecodeError
@@ -115,11 +116,18 @@ def _failure(exc: BaseException) -> tuple[str, str]:
 
 
 def _plan(
-    items: Iterable[tuple[str, str, str]], params: FrameParams, data_root, reject
+    items: Iterable[tuple[str, str, str]], params: FrameParams, data_root, reject, frames_uri: str,
+    timeout_s: float | None,
 ) -> tuple[int, dict[str, _Job]]:
-    """Resolve and hash every item; group records by key. Returns (requested, jobs by key)."""
+    """Resolve and hash every item; group records by key. Returns (requested, jobs by key).
+
+    Hashes come from the run folder's persisted index when the file is unchanged (path, size, mtime);
+    a file whose hashing outlasts `timeout_s` is rejected like a decode that times out.
+    """
     jobs: dict[str, _Job] = {}
     requested = 0
+    index = hash_index_for(frames_uri)
+    failed: dict[str, tuple[str, str]] = {}  # a path that failed once fails alike for every record
     for record_id, media_path, kind in items:
         requested += 1
         try:
@@ -127,9 +135,18 @@ def _plan(
                 raise MediaDecodeError(media_path, f"kind must be one of {sorted(_DECODERS)}, got {kind!r}",
                                        kind="bad_kind")
             path = resolve_media_path(media_path, data_root)
-            if not os.path.isfile(path):
+            if path in failed:
+                reject(str(record_id), str(media_path), *failed[path])
+                continue
+            if not os.path.exists(path):
                 raise MediaDecodeError(media_path, f"file does not exist ({path})", kind="missing")
-            digest = content_hash(path)
+            if not os.path.isfile(path):
+                raise MediaDecodeError(media_path, f"not a regular file ({path})", kind="not_a_file")
+            try:
+                digest = content_hash(path, index=index, timeout_s=timeout_s)
+            except HashTimeout as exc:
+                failed[path] = ("timeout", str(exc))
+                raise MediaDecodeError(media_path, str(exc), kind="timeout") from exc
         except (MediaDecodeError, OSError) as exc:
             reject(str(record_id), str(media_path), *_failure(exc))
             continue
@@ -168,12 +185,10 @@ def _ensure_ray(workers: int, ray_address: str | None) -> bool:
     # Ray workers must import evr1 even when it is not installed (a source checkout).
     package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     pythonpath = os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH")) if p)
-    ray.init(
+    start_local(  # dies with this command, even after a kill -9 (see evr1.local_ray)
         num_cpus=max(1, workers),
         include_dashboard=False,
         object_store_memory=RAY_OBJECT_STORE_BYTES,
-        # Short: Ray's unix socket paths must stay under ~107 characters.
-        _temp_dir=tempfile.mkdtemp(prefix="ray", dir="/tmp"),
         logging_level="WARNING",
         runtime_env={"env_vars": {"PYTHONPATH": pythonpath}},
     )
@@ -221,19 +236,37 @@ def _run_ray(jobs: list[_Job], params: FrameParams, timeout_s: float | None, wor
 # --- rejects -----------------------------------------------------------------------------------
 
 
-def write_rejects(uri: str, rejects: list[dict]) -> int | None:
-    """Append reject rows (record_id, path, stage, reason) to a Lance table, creating it if needed.
+def distinct_rejects(rejects: list[dict]) -> list[dict]:
+    """One row per (media path, reason): the records that asked for that media joined in `record_id`."""
+    grouped: dict[tuple[str, str], dict] = {}
+    for r in rejects:
+        row = grouped.setdefault((r["path"], r["reason"]), {**r, "record_id": []})
+        if r["record_id"] not in row["record_id"]:
+            row["record_id"].append(r["record_id"])
+    return [{**row, "record_id": ", ".join(row["record_id"])} for row in grouped.values()]
 
-    An existing table with more columns (e.g. ingest's rejects) gets nulls in the ones we lack.
+
+def write_rejects(uri: str, rejects: list[dict]) -> int | None:
+    """Add reject rows (record_id, path, stage, reason) to a Lance table, creating it if needed.
+
+    One row per distinct media and reason: a (path, reason) already in the table is not added again,
+    so re-running cache, train and eval does not grow it. An existing table with more columns (e.g.
+    ingest's rejects) gets nulls in the ones we lack.
     """
-    if not rejects:
+    rows = distinct_rejects(rejects)
+    if not rows:
         return None
     existing = open_table(uri)
     schema = existing.schema if existing is not None else REJECTS_SCHEMA
     missing = [f.name for f in REJECTS_SCHEMA if f.name not in schema.names]
     if missing:
         raise ValueError(f"rejects table {uri} lacks columns {missing}")
-    table = pa.Table.from_pylist([{n: r.get(n) for n in schema.names} for r in rejects], schema=schema)
+    if existing is not None:
+        seen = {(r["path"], r["reason"]) for r in existing.to_table(columns=["path", "reason"]).to_pylist()}
+        rows = [r for r in rows if (r["path"], r["reason"]) not in seen]
+        if not rows:
+            return None
+    table = pa.Table.from_pylist([{n: r.get(n) for n in schema.names} for r in rows], schema=schema)
     return lance.write_dataset(table, uri, mode="append" if existing is not None else "create").version
 
 
@@ -278,13 +311,28 @@ def build_frame_cache(
         report.rejects.append({"record_id": record_id, "path": path, "stage": "cache", "kind": kind,
                                "reason": f"{kind}: {reason}"})
 
-    report.requested, jobs = _plan(items, params, data_root, reject)
+    report.requested, jobs = _plan(items, params, data_root, reject, frames_uri, timeout_s)
     report.unique = len(jobs)
     cached = existing_keys(frames_uri)
     misses = [job for key, job in jobs.items() if key not in cached]
     report.hits = report.unique - len(misses)
     report.version = ensure_frames(frames_uri).version
+    with build_lock(frames_uri) as alone:
+        if alone:  # no other build is writing: data files no version references are a killed build's
+            remove_stray_files(frames_uri)
+        _build(report, misses, frames_uri, params, workers, ray_address, timeout_s, progress, commit_rows,
+               on_commit, reject)
+    report.failed = len(report.rejects)
+    if rejects_uri:
+        write_rejects(rejects_uri, report.rejects)
+    report.seconds = time.perf_counter() - t0
+    return report
 
+
+def _build(report: CacheBuildReport, misses: list[_Job], frames_uri: str, params: FrameParams, workers: int,
+           ray_address: str | None, timeout_s: float | None, progress: bool | Console, commit_rows: int,
+           on_commit: Callable[[int], None] | None, reject: Callable[..., None]) -> None:
+    """Decode `misses` and commit their rows as they finish (see the module docstring)."""
     rows: list[dict] = []  # serial builds: rows not yet written
     fragments: list[dict] = []  # written, not yet committed
     pending_videos = 0
@@ -325,9 +373,3 @@ def build_frame_cache(
             ):
                 commit()
         commit()
-
-    report.failed = len(report.rejects)
-    if rejects_uri:
-        write_rejects(rejects_uri, report.rejects)
-    report.seconds = time.perf_counter() - t0
-    return report

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 
 from evr1.video.clip import FrameParams
 from evr1.video.sampling import RULES_VERSION
@@ -19,24 +20,100 @@ from evr1.video.sampling import RULES_VERSION
 _CHUNK = 1 << 20
 _memo: dict[tuple[str, int, int], str] = {}
 _memo_lock = threading.Lock()
+INDEX_NAME = "media_hashes.jsonl"
 
 
-def content_hash(path: str | os.PathLike) -> str:
-    """sha256 hex digest of the file's bytes, streamed; memoised per (real path, size, mtime) in-process."""
+class HashTimeout(TimeoutError):
+    """Hashing one file took longer than the decode timeout."""
+
+
+class HashIndex:
+    """A persisted (real path, size, mtime_ns) → sha256 map: JSON lines appended under a run folder's
+    Lance folder, so cache, train and eval hash each media file once per run folder, not once per
+    command. A changed file (size or mtime) is a new entry; a torn last line is ignored."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = os.fspath(path)
+        self._lock = threading.Lock()
+        self._known: dict[tuple[str, int, int], str] = {}
+        self._read_bytes = 0
+        self._load()
+
+    def _load(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._read_bytes)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        complete = data[: data.rfind(b"\n") + 1]
+        self._read_bytes += len(complete)
+        for line in complete.splitlines():
+            try:
+                e = json.loads(line)
+                self._known[(e["path"], int(e["size"]), int(e["mtime_ns"]))] = str(e["sha256"])
+            except (ValueError, KeyError, TypeError):
+                continue
+
+    def get(self, key: tuple[str, int, int]) -> str | None:
+        with self._lock:
+            if key not in self._known:
+                self._load()  # another process (a Ray worker, the builder) may have added it
+            return self._known.get(key)
+
+    def put(self, key: tuple[str, int, int], digest: str) -> None:
+        line = json.dumps({"path": key[0], "size": key[1], "mtime_ns": key[2], "sha256": digest}) + "\n"
+        with self._lock:
+            self._known[key] = digest
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            with open(self.path, "a", encoding="utf-8") as f:  # one short O_APPEND write: lines never interleave
+                f.write(line)
+
+
+_indexes: dict[str, HashIndex] = {}
+
+
+def hash_index_for(frames_uri: str | None) -> HashIndex | None:
+    """The run folder's hash index beside a local frames table (None for object stores or no table)."""
+    if not frames_uri:
+        return None
+    uri = frames_uri[len("file://"):] if frames_uri.startswith("file://") else frames_uri
+    if "://" in uri:
+        return None
+    path = os.path.join(os.path.dirname(os.path.abspath(uri)), INDEX_NAME)
+    with _memo_lock:
+        index = _indexes.get(path)
+        if index is None:
+            index = _indexes[path] = HashIndex(path)
+        return index
+
+
+def content_hash(path: str | os.PathLike, *, index: HashIndex | None = None, timeout_s: float | None = None) -> str:
+    """sha256 hex digest of the file's bytes, streamed; memoised per (real path, size, mtime) in-process
+    and in `index` across processes. Raises HashTimeout when reading takes over `timeout_s` seconds."""
     real = os.path.realpath(os.fspath(path))
     st = os.stat(real)
     memo_key = (real, st.st_size, st.st_mtime_ns)
     with _memo_lock:
         hit = _memo.get(memo_key)
+    if hit is None and index is not None:
+        hit = index.get(memo_key)
     if hit is not None:
+        with _memo_lock:
+            _memo[memo_key] = hit
         return hit
+    deadline = time.monotonic() + timeout_s if timeout_s else None
     digest = hashlib.sha256()
     with open(real, "rb") as f:
         while chunk := f.read(_CHUNK):
             digest.update(chunk)
+            if deadline is not None and time.monotonic() > deadline:
+                raise HashTimeout(f"hashing took longer than {timeout_s} s (read {f.tell()} of {st.st_size} bytes)")
     value = digest.hexdigest()
     with _memo_lock:
         _memo[memo_key] = value
+    if index is not None:
+        index.put(memo_key, value)
     return value
 
 

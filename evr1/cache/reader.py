@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from evr1.cache.keys import content_hash, frame_key
+from evr1.cache.keys import content_hash, frame_key, hash_index_for
 from evr1.cache.paths import resolve_media_path
 from evr1.cache.store import frame_store
 from evr1.video.clip import FrameParams, VideoClip
@@ -54,7 +54,7 @@ class FrameReader:
     def _cached(self, path: str, kind: str) -> VideoClip | None:
         if self.mode == "decode-only":
             return None
-        key = frame_key(content_hash(path), self.params, kind)
+        key = frame_key(content_hash(path, index=hash_index_for(self.frames_uri)), self.params, kind)
         clip = frame_store(self.frames_uri).read(key, params=self.params)
         if clip is None:
             self.misses += 1

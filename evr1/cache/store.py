@@ -14,7 +14,8 @@ through `take_blobs`. Both give the same bytes (tested).
 Writing is two-phase (Lance's distributed-write pattern): any process writes data files with
 `write_fragment` and hands back small fragment descriptions; one process commits them with
 `commit_fragments`, which is atomic. Files written but never committed (a build killed in between)
-are invisible to readers and are simply redone by the next build.
+are invisible to readers; the next build that runs alone removes them (`remove_stray_files`) and
+redoes their videos.
 
 `STORE_FORMAT` is stored in the table's schema metadata; a table of another format (e.g. format 1:
 raw bytes in a plain `large_binary` column) is refused with `FramesFormatError`, never misread.
@@ -22,11 +23,13 @@ raw bytes in a plain `large_binary` column) is refused with `FramesFormatError`,
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import mmap
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 import lance
 import numpy as np
@@ -209,6 +212,47 @@ def append_rows(uri: str, rows: Iterable[Mapping]) -> int:
     """Write and commit rows in one atomic commit (creating the table on first write); return the version."""
     ensure_frames(uri)
     return commit_fragments(uri, write_fragment(uri, rows))
+
+
+@contextlib.contextmanager
+def build_lock(uri: str) -> Iterator[bool]:
+    """Hold a shared lock on a local table for the length of a build; yields True when no other build
+    holds it (then files no version references are strays of a killed build, safe to remove).
+
+    The kernel drops a killed process's lock, so a crash never leaves the table locked."""
+    root = _local_root(uri)
+    if root is None:
+        yield False
+        return
+    with open(f"{root}.build-lock", "a+b") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            alone = True
+        except BlockingIOError:
+            alone = False
+        fcntl.flock(f, fcntl.LOCK_SH)  # downgrade: concurrent builds may proceed, none may clean
+        try:
+            yield alone
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def remove_stray_files(uri: str) -> list[str]:
+    """Delete data files under a local table that no version references (written by a build killed
+    before its commit); returns their paths. Call only while holding `build_lock` alone."""
+    root, ds = _local_root(uri), open_table(uri)
+    if root is None or ds is None:
+        return []
+    referenced: set[str] = set()
+    for version in ds.versions():
+        for fragment in lance.dataset(uri, version=version["version"]).get_fragments():
+            referenced.update(os.path.basename(d.path) for d in fragment.data_files())
+    data = os.path.join(root, "data")
+    names = os.listdir(data) if os.path.isdir(data) else []
+    stray = [os.path.join(data, n) for n in names if n not in referenced and os.path.isfile(os.path.join(data, n))]
+    for path in stray:
+        os.remove(path)
+    return stray
 
 
 def _local_root(uri: str) -> str | None:

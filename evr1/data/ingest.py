@@ -19,8 +19,9 @@ import lance
 import pyarrow as pa
 from pydantic import BaseModel
 
+from evr1.data.prompt_length import PromptLimit, record_texts
 from evr1.data.schema import CONSUMED_FIELDS, REJECTS_SCHEMA, SAMPLES_SCHEMA, Reject, Sample, canonical_json
-from evr1.data.sources import RawRecord, expand_sources, read_records
+from evr1.data.sources import DatasetSourceError, RawRecord, collect_sources, read_records
 from evr1.data.validate import Context, ProblemTypeResolver, RecordError, default_resolve_problem_type, validate_record
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,17 @@ class IngestReport(BaseModel):
     content_hash: str
     per_problem_type: dict[str, int]
     per_data_type: dict[str, int]
+    files: int = 0
+    skipped_files: list[str] = []
+
+
+class EmptyDatasetError(DatasetSourceError):
+    """A split with no record read, or with every record rejected. Both tables are written first (the
+    rejects say why); `report` is what the ingest did."""
+
+    def __init__(self, message: str, report: IngestReport) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 def _record_id(value: Any) -> str:
@@ -122,19 +134,22 @@ def ingest(
     resolve_problem_type: ProblemTypeResolver = default_resolve_problem_type,
     check_media_exists: bool = True,
     mode: WriteMode = "overwrite",
+    prompt_limit: PromptLimit | None = None,
 ) -> IngestReport:
     """Validate every record of `sources` and write the Lance `samples` and `rejects` tables.
 
     Relative media paths join `data_root`, or the source file's directory when no root is given;
     with a root, a path resolving outside it is rejected. `resolve_problem_type` maps a raw type to
-    its canonical name, or None for an unknown type (rejected). Raises only for an unreadable source.
+    its canonical name, or None for an unknown type (rejected). Raises DatasetSourceError (one line
+    naming the file) for an unreadable source, and EmptyDatasetError when nothing is accepted.
     """
     if mode not in ("overwrite", "append"):
         raise ValueError(f"ingest mode must be 'overwrite' or 'append', got {mode!r}")
     samples_uri, rejects_uri = str(samples_uri), str(rejects_uri)
     root = Path(data_root).resolve() if data_root is not None else None
 
-    records = [rec for path in expand_sources(sources) for rec in read_records(path)]
+    found = collect_sources(sources)
+    records = [rec for path in found.files for rec in read_records(path)]
     problem_id_counts = Counter(_record_id(r.value) for r in records if r.parsed and _record_id(r.value))
 
     first_seen: dict[str, str] = {}
@@ -161,6 +176,10 @@ def ingest(
             draft = validate_record(rec.value, ctx)
         except RecordError as err:
             rejects.append(_reject(rec, err.kind, err.field, err.message))
+            continue
+        too_long = prompt_limit.measure(record_texts(draft.problem, draft.options)) if prompt_limit else None
+        if too_long is not None:  # before anything keeps the text around (evr1/data/prompt_length.py)
+            rejects.append(_reject(rec, "prompt_too_long", "problem", prompt_limit.reason(too_long)))
             continue
         sample_id, id_note = _sample_id(draft.record, problem_id_counts)
         if sample_id in first_seen:
@@ -204,10 +223,28 @@ def ingest(
         content_hash=table_content_hash(samples_ds),
         per_problem_type=dict(Counter(s.problem_type for s in samples)),
         per_data_type=dict(Counter(s.data_type for s in samples)),
+        files=len(found.files),
+        skipped_files=[str(p) for p in found.skipped],
     )
+    if found.skipped:
+        log.warning("ingest %s: skipped %d file(s) that are not .json/.jsonl/.parquet data, e.g. %s", split,
+                    len(found.skipped), found.skipped[0])
     log.info("ingest %s: read %d, accepted %d, rejected %d %s", split, report.read, report.accepted,
              report.rejected, report.reasons)
+    _require_samples(report, [str(s) for s in sources])
     return report
+
+
+def _require_samples(report: IngestReport, sources: list[str]) -> None:
+    """Raise EmptyDatasetError for a split that yields no sample: training on nothing is never meant."""
+    where = ", ".join(sources) or "(no sources)"
+    if report.read == 0:
+        skipped = f" ({len(report.skipped_files)} other file(s) skipped)" if report.skipped_files else ""
+        raise EmptyDatasetError(f"dataset split {report.split!r}: no records in {where}{skipped}", report)
+    if report.accepted == 0:
+        reasons = ", ".join(f"{kind} {n}" for kind, n in sorted(report.reasons.items()))
+        raise EmptyDatasetError(f"dataset split {report.split!r}: all {report.read} records of {where} were "
+                                f"rejected ({reasons}); the reasons are in {report.rejects_uri}", report)
 
 
 def _sql_string(value: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -213,10 +214,51 @@ def check_placeholders(d: Draft, ctx: Context) -> None:
         raise RecordError("placeholder_mismatch", "problem", message)
 
 
+# An option's own label ("B. blue", "(B) blue", "B: blue") and an answer that is only a letter ("B", "(B)", "B.").
+_OPTION_LABEL = re.compile(r"\s*[(\[]?([A-Za-z])[)\].:]\s*(.*)", re.DOTALL)
+_ANSWER_LETTER = re.compile(r"\s*[(\[]?([A-Za-z])[)\]]?\s*[.:)]?\s*")
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split()).strip(" .")
+
+
+def option_labels(options: list[str]) -> dict[str, str]:
+    """letter → option text: the options' own labels when all have one, else A, B, ... by position
+    (as the prompt and the multiple-choice reward label them)."""
+    matches = [_OPTION_LABEL.fullmatch(o) for o in options]
+    if options and all(matches):
+        return {m.group(1).upper(): m.group(2) for m in matches}
+    return {chr(ord("A") + i): o for i, o in enumerate(options[:26])}
+
+
 def check_options(d: Draft, ctx: Context) -> None:
-    if _type_key(d.problem_type) == MULTIPLE_CHOICE and len(d.options) == 1:
+    """A multiple-choice answer must name one of the options, by letter or by text; else the reward
+    would pay for a letter no option has and nothing for the real ones."""
+    if _type_key(d.problem_type) != MULTIPLE_CHOICE:
+        return
+    if d.record.get("options") is not None and not d.options:
+        raise RecordError("too_few_options", "options", "multiple-choice field 'options' is empty")
+    if len(d.options) == 1:
         message = "multiple-choice field 'options' has 1 option; at least 2 needed"
         raise RecordError("too_few_options", "options", message)
+    letter = _ANSWER_LETTER.fullmatch(d.answer)
+    if not d.options:  # options written in the question: the answer must at least be a letter
+        if letter is None:
+            raise RecordError("answer_not_an_option", "answer",
+                              f"multiple-choice answer {d.answer!r} is not an option letter (and there are no 'options')")
+        return
+    labels = option_labels(d.options)
+    if letter is not None and letter.group(1).upper() in labels:
+        return
+    labelled = _OPTION_LABEL.fullmatch(d.answer)
+    if labelled is not None and labelled.group(1).upper() in labels:
+        return  # "B. blue"
+    if _norm(d.answer) in {_norm(text) for text in labels.values()}:
+        return
+    names = ", ".join(labels)
+    raise RecordError("answer_not_an_option", "answer",
+                      f"multiple-choice answer {d.answer!r} names none of the options ({names} or their text)")
 
 
 def check_media(d: Draft, ctx: Context) -> None:
@@ -233,6 +275,8 @@ def check_media(d: Draft, ctx: Context) -> None:
                     message = f"{name} path {path!r} resolves outside data_root {root}"
                     raise RecordError("media_outside_root", key, message)
                 if ctx.check_media_exists and not full.is_file():
+                    if full.exists():  # a folder, a FIFO, a device: never a medium
+                        raise RecordError("media_not_a_file", key, f"{name} path {full} is not a regular file")
                     raise RecordError("media_missing", key, f"{name} file {full} does not exist")
             except (OSError, ValueError) as exc:  # NUL bytes, names too long for the filesystem
                 raise RecordError("bad_media_path", key, f"{name} path {path!r} is unusable: {exc}") from exc

@@ -50,18 +50,20 @@ class RemoteEngine(EngineBase):
 
 
 def remote_engine(model_dir: str | PathLike, engine: str, *, batch_size: int, dtype: str,
-                  num_gpus: float = 0, asynchronous: bool = False, max_concurrency: int = 64) -> RemoteEngine:
+                  num_gpus: float = 0, asynchronous: bool = False, max_concurrency: int = 64,
+                  **engine_options: Any) -> RemoteEngine:
     """Start an `EngineWorker` actor running engine `engine` on `model_dir` and wait until it is built.
 
     `asynchronous=True` asks vLLM for its AsyncLLM (other engines ignore it); the actor then serves up
     to `max_concurrency` calls at once. Waiting here turns a worker that cannot start (no vLLM in its
     image, no GPU, a bad checkpoint) into one clear error now, instead of every eval item failing
-    with it later. Ray must be started (`evr1.train.ray_utils.ensure_ray`).
+    with it later. Ray must be started (`evr1.train.ray_utils.ensure_ray`). `engine_options` go to the
+    engine's constructor (e.g. vLLM's `tensor_parallel_size`).
     """
     from evr1.engines.worker import EngineWorker
 
     actor_cls = ray.remote(num_cpus=0, num_gpus=num_gpus, max_concurrency=max_concurrency)(EngineWorker)
-    options = {"batch_size": batch_size, "dtype": dtype, "asynchronous": asynchronous}
+    options = {"batch_size": batch_size, "dtype": dtype, "asynchronous": asynchronous, **engine_options}
     actor = actor_cls.remote(str(model_dir), engine, options)
     try:
         concurrent = bool(ray.get(actor.concurrent.remote()))

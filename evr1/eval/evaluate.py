@@ -1,19 +1,22 @@
-"""The eval stage: a model directory and a benchmark → per-item results, the official metric, a table."""
+"""The eval stage: a model directory and benchmarks → per-item results, the official metric, a table each.
+
+A suite of benchmarks runs through one engine (`evaluate_suite`); `evaluate` is the suite of one."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from evr1 import aio
 from evr1.cache import FrameReader
 from evr1.config import Config
 from evr1.engines import Engine, SamplingParams, make_engine
+from evr1.engines.pool import EnginePool
 from evr1.eval.benchmark import Benchmark, PromptContext
 from evr1.eval.report import summary_table
-from evr1.eval.runner import EvalSummary, run_items, summarise
+from evr1.eval.runner import EvalSummary, SuiteJob, run_suite, summarise
 from evr1.eval.store import ResultStore
 from evr1.models import load_adapter
 
@@ -25,11 +28,57 @@ def evaluate(cfg: Config, bench: Benchmark, items: list[dict], *, model_dir: Pat
     Prompts follow `eval.profile` and the model family's style; frames come from the Lance cache
     when present (a miss decodes with the same rules); open-ended items go to the LLM judge when
     `eval.judge.enabled`. Without `engine`, one is built from `cfg.rollout.engine` (see `open_engine`).
+    The suite of one: `evaluate_suite` runs several benchmarks through one engine.
+    """
+    return evaluate_suite(cfg, [(bench, items, frames_uri)], model_dir=model_dir, out_dir=out_dir,
+                          engine=engine)[bench.name]
+
+
+def evaluate_suite(cfg: Config, suite: Sequence[tuple[Benchmark, list[dict], str | None]], *, model_dir: Path,
+                   out_dir: Path, engine: Engine | None = None,
+                   on_result: Callable[[str, dict], None] | None = None) -> dict[str, EvalSummary]:
+    """Run every `(benchmark, items, frames_uri)` of `suite` through ONE engine; a summary per benchmark.
+
+    The engine is built (or its Ray actor started, the model loaded, vLLM warmed up) once for the
+    whole suite, and the items of all benchmarks are fed to it from one bounded queue, so it never
+    waits between benchmarks. Results, resumption by item id and each benchmark's files under
+    `out_dir/<bench>/` are exactly those of `evaluate` per benchmark.
     """
     e = cfg.eval
-    if e.limit is not None:
-        items = items[: e.limit]
     adapter = load_adapter(model_dir)
+    jobs = [suite_job(cfg, bench, items[: e.limit] if e.limit is not None else items, frames_uri=frames_uri,
+                      adapter=adapter, out_dir=out_dir) for bench, items, frames_uri in suite]
+    sampling = SamplingParams(n=1, max_new_tokens=e.max_new_tokens, temperature=e.temperature, top_p=e.top_p,
+                              top_k=max(0, e.top_k), seed=cfg.run.seed, presence_penalty=e.presence_penalty)
+    close: Callable[[], None] = lambda: None
+    if engine is None:
+        engine, close = open_engine(cfg, model_dir)
+    try:
+        summaries = aio.run(run_suite(jobs, engine=engine, sampling=sampling, concurrency=e.concurrency,
+                                          queue_size=e.queue_size, batch_size=e.batch_size, timeout_s=e.timeout_s,
+                                          on_result=on_result))
+    finally:
+        close()
+    benches = {bench.name: bench for bench, _, _ in suite}
+    for job in jobs:
+        bench, items, store = benches[job.benchmark], list(job.items), job.store
+        summary = summaries[bench.name]
+        if e.judge.enabled and any(bench.needs_judge(i) or (store.results.get(str(i["id"])) or {}).get("undecided")
+                                   for i in items):  # open-ended items, and answers the rule stage left undecided
+            summary = judge_pass(cfg, bench, items, store, model_dir, summary)
+        pending = sum(1 for i in items
+                      if (r := store.results.get(str(i["id"]))) and r.get("needs_judge") and not r.get("judged"))
+        if pending:  # counted as wrong until a judge decides them: say so beside the score
+            summary.parts["judge/awaiting"] = float(pending)
+        write_summary(Path(out_dir) / bench.name, summary, reference_model=e.reference_model)
+        summaries[bench.name] = summary
+    return summaries
+
+
+def suite_job(cfg: Config, bench: Benchmark, items: list[dict], *, frames_uri: str | None, adapter,
+              out_dir: Path) -> SuiteJob:
+    """How the runner loads, scores and stores `bench`'s items: its frames reader, prompts and result file."""
+    e = cfg.eval
     params = cfg.cache.frame_params(adapter.family.factor)
     root = video_root(cfg, bench)
     mode = cfg.cache.mode if cfg.cache.enabled else "decode-only"
@@ -52,28 +101,10 @@ def evaluate(cfg: Config, bench: Benchmark, items: list[dict], *, model_dir: Pat
                   for v, seg in zip(p.videos, segments)]
         return adapter.encode_prompt(p.text, videos=videos, images=[reader.image(i) for i in p.images])
 
-    folder = Path(out_dir) / bench.name
-    store = ResultStore(folder / "results.jsonl")
-    sampling = SamplingParams(n=1, max_new_tokens=e.max_new_tokens, temperature=e.temperature, top_p=e.top_p,
-                              top_k=max(0, e.top_k), seed=cfg.run.seed, presence_penalty=e.presence_penalty)
-    close: Callable[[], None] = lambda: None
-    if engine is None:
-        engine, close = open_engine(cfg, model_dir)
-    try:
-        summary = asyncio.run(run_items(items, load=load, engine=engine, store=store, sampling=sampling,
-                                        score=lambda text, item: bench.score_item(text, item, e.profile),
-                                        aggregate=lambda pairs: bench.report(pairs, e.profile), profile=e.profile,
-                                        concurrency=e.concurrency, queue_size=e.queue_size, batch_size=e.batch_size,
-                                        timeout_s=e.timeout_s, group_key=bench.group_key, benchmark=bench.name))
-    finally:
-        close()
-    if e.judge.enabled and any(bench.needs_judge(i) for i in items):
-        summary = judge_pass(cfg, bench, items, store, model_dir, summary)
-    pending = sum(1 for i in items if (r := store.results.get(str(i["id"]))) and r.get("needs_judge") and not r.get("judged"))
-    if pending:  # counted as wrong until a judge decides them: say so beside the score
-        summary.parts["judge/awaiting"] = float(pending)
-    write_summary(folder, summary, reference_model=e.reference_model)
-    return summary
+    store = ResultStore(Path(out_dir) / bench.name / "results.jsonl")
+    return SuiteJob(benchmark=bench.name, items=items, load=load, store=store, group_key=bench.group_key,
+                    score=lambda text, item: bench.score_item(text, item, e.profile),
+                    aggregate=lambda pairs: bench.report(pairs, e.profile), profile=e.profile)
 
 
 def judge_pass(cfg: Config, bench: Benchmark, items: list[dict], store: ResultStore, model_dir: Path,
@@ -139,18 +170,37 @@ def open_engine(cfg: Config, model_dir: Path, *, engine_name: str | None = None,
 
     "hf" runs in this process on `cfg.trainer.device`. Any other engine runs in a Ray actor
     (`EngineWorker`), because this may be the Prefect flow's process, which has no vLLM; vLLM runs
-    there as AsyncLLM, and the runner keeps `eval.concurrency` requests in flight.
+    there as AsyncLLM, and the runner keeps `eval.concurrency` requests in flight. With
+    `eval.engines > 1` that many replicas (each on `eval.tensor_parallel` GPUs) serve one `EnginePool`.
     """
     name, batch = engine_name or cfg.rollout.engine, batch_size or cfg.eval.batch_size
+    replicas = cfg.eval.engines if engine_name is None else 1
     if name == "hf":
-        engine = make_engine("hf", model_dir=str(model_dir), batch_size=batch, dtype=cfg.model.dtype,
-                             device=cfg.trainer.device)
-        return engine, lambda: None
+        devices = [cfg.trainer.device] * replicas
+        if cfg.trainer.device == "cuda" and replicas > 1:
+            devices = [f"cuda:{k}" for k in range(replicas)]
+        engines = [make_engine("hf", model_dir=str(model_dir), batch_size=batch, dtype=cfg.model.dtype, device=d)
+                   for d in devices]
+        return (engines[0], lambda: None) if replicas == 1 else (EnginePool(engines), lambda: None)
     from evr1.engines.remote import remote_engine
     from evr1.train.ray_utils import ensure_ray
 
     o = cfg.orchestration
     ensure_ray(o.ray_address, num_cpus=o.ray_num_cpus, object_store_mb=o.ray_object_store_mb)
-    remote = remote_engine(model_dir, name, batch_size=batch, dtype=cfg.model.dtype, asynchronous=True,
-                           num_gpus=1 if cfg.trainer.device == "cuda" else 0)
-    return remote, remote.shutdown
+    tp = cfg.eval.tensor_parallel
+    options = {"tensor_parallel_size": tp} if tp > 1 else {}
+    started = []
+    try:
+        for _ in range(replicas):
+            started.append(remote_engine(model_dir, name, batch_size=batch, dtype=cfg.model.dtype, asynchronous=True,
+                                         num_gpus=tp if cfg.trainer.device == "cuda" else 0, **options))
+    except BaseException:
+        for r in started:
+            r.shutdown()
+        raise
+
+    def close() -> None:
+        for r in started:
+            r.shutdown()
+
+    return (started[0], close) if replicas == 1 else (EnginePool(started, close=close), close)

@@ -1,7 +1,10 @@
 """The LLM judge: a second pass after scoring that decides open-ended items.
 
-An item is pending when its benchmark's `needs_judge(item)` is true and its newest record in the
-result store says `needs_judge: True` and is not `judged`. The judge model is asked whether the
+An item is pending when its newest record in the result store says `needs_judge: True` and is not
+`judged`, and either its benchmark's `needs_judge(item)` is true (open-ended items) or the record is
+`undecided` (a multiple-choice or numerical answer the official rule stage could not read, such as
+`<answer>D</answer>` under Video-MME's rules: the official pipelines hand those to a GPT judge). For a
+multiple-choice item the ground truth shown to the judge is the letter with its option text ("D. a red car"). The judge model is asked whether the
 model's final answer is semantically consistent with the ground truth; the pass appends one new
 record per item (the old record's fields kept) with `score` (the verdict), `judge_output` and
 `judged: True`, so a rerun judges nothing twice.
@@ -29,7 +32,6 @@ result store itself would have replaced the output and done exactly that).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import tempfile
@@ -41,6 +43,7 @@ from typing import Any
 from jinja2 import StrictUndefined, Template, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from evr1 import aio
 from evr1.engines import Engine, SamplingParams, make_engine
 from evr1.eval.prompting import question, strip_reasoning
 from evr1.eval.runner import run_items
@@ -91,6 +94,15 @@ def final_answer(record: Mapping[str, Any]) -> str:
     text = strip_reasoning(str(record.get("output") or ""))
     markers = list(_MARKER.finditer(text))
     return text[markers[-1].end():].strip() if markers else text
+
+
+def ground_truth(item: Mapping[str, Any]) -> str:
+    """The ground truth as the judge sees it: a choice letter with its option text, else `gt`."""
+    gt = str(item.get("gt", ""))
+    letters, texts = list(item.get("letters") or ()), list(item.get("option_texts") or ())
+    if gt in letters and len(texts) == len(letters) and texts[letters.index(gt)]:
+        return f"{gt}. {texts[letters.index(gt)]}"
+    return gt
 
 
 # ---- prompts ------------------------------------------------------------------------------------
@@ -176,7 +188,7 @@ class Judge:
 
     def prompt_text(self, item: Mapping[str, Any], record: Mapping[str, Any]) -> str:
         clean = getattr(self.prompter, "clean", lambda s: s)
-        return self.template.render(question=clean(question(item)), ground_truth=clean(str(item.get("gt", ""))),
+        return self.template.render(question=clean(question(item)), ground_truth=clean(ground_truth(item)),
                                     answer=clean(final_answer(record)))
 
     async def run(self, items: Sequence[Mapping[str, Any]], store: ResultStore,
@@ -193,7 +205,7 @@ class Judge:
         asked: list[Mapping[str, Any]] = []
         for item in items:
             rec = store.results.get(str(item["id"]))
-            if rec is None or not rec.get("needs_judge") or not needs_judge(item):
+            if rec is None or not rec.get("needs_judge") or not (needs_judge(item) or rec.get("undecided")):
                 continue
             if rec.get("judged"):
                 counts.skipped += 1
@@ -256,8 +268,8 @@ def failure(store: ResultStore, rec: Mapping[str, Any], stage: str, err: BaseExc
 
 def judge_results(items: Sequence[Mapping[str, Any]], store: ResultStore, judge: Judge,
                   needs_judge: Callable[[Mapping[str, Any]], bool], *, concurrency: int = 2) -> JudgeCounts:
-    """Synchronous entry point of one pass (`asyncio.run` around `Judge.run`)."""
-    return asyncio.run(judge.run(items, store, needs_judge, concurrency=concurrency))
+    """Synchronous entry point of one pass (`evr1.aio.run` around `Judge.run`)."""
+    return aio.run(judge.run(items, store, needs_judge, concurrency=concurrency))
 
 
 def open_judge(settings: Any, *, model_dir: str | os.PathLike[str], engine: Engine | None = None,

@@ -1,7 +1,12 @@
 """Scoring profiles: which prompt, per-item scorer and aggregation a benchmark runs under.
 
 - `official` (default): the benchmark's own definition. Reasoning blocks are removed from the output
-  before its extractor runs (lmms-eval's default), so thinking and non-thinking runs are scored alike.
+  before its extractor runs (lmms-eval's default `--reasoning_tags`), so thinking and non-thinking
+  runs are scored alike. Deviation shared by every benchmark: the tags match in any letter case
+  (`<THINK>…</THINK>` is removed; lmms-eval's match is case-sensitive) and a removed block leaves a
+  space ("A<think>…</think>B" → "A B", lmms-eval "AB"). The report counts the answers the rule stage
+  could not decide as `undecided` (a part beside the headline; `undecided/judged`: how many of them
+  the LLM judge has decided since).
 - `easyvideor1`: EasyVideoR1's one prompt builder, extractor, scorer and aggregation for every
   benchmark (`evr1.eval.easyvideor1`), to compare side by side with its published numbers.
 
@@ -10,10 +15,11 @@ A benchmark with `extra["single_profile"]` (the held-out split) uses its own def
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from evr1.eval.benchmark import PROFILES, Aggregate, Benchmark, ItemScorer, PromptContext
+from evr1.eval.benchmark import PROFILES, Aggregate, Benchmark, ItemScorer, PromptContext, Report
 from evr1.eval.prompting import strip_reasoning
 
 
@@ -51,7 +57,21 @@ def scorer_for(bench: Benchmark, profile: str) -> ItemScorer:
 
 def aggregate_for(bench: Benchmark, profile: str) -> Aggregate:
     if _own(bench, profile):
-        return bench.aggregate
+        return with_undecided(bench.aggregate)
     from evr1.eval import easyvideor1
 
     return easyvideor1.aggregate
+
+
+def with_undecided(aggregate: Aggregate) -> Aggregate:
+    """`aggregate` plus the parts `undecided` (results the rule stage could not read) and
+    `undecided/judged` (those the LLM judge has decided since)."""
+
+    def agg(pairs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> Report:
+        report = aggregate(pairs)
+        flagged = [r for _, r in pairs if r and r.get("undecided")]
+        parts = {**report.parts, "undecided": float(len(flagged)),
+                 "undecided/judged": float(sum(1 for r in flagged if r.get("judged")))}
+        return replace(report, parts=parts)
+
+    return agg

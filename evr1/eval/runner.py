@@ -8,6 +8,11 @@ engines are not thread-safe, so two generations must never overlap — except on
 it is `concurrent` (vLLM's AsyncLLM, which batches requests continuously), which gets up to
 `concurrency` calls in flight. `engine_wait_fraction` is the share of the run during which no call
 was in flight: the engine waiting for input.
+
+A whole suite runs through one engine (`run_suite`): the items of every benchmark share one todo
+list and one bounded ready queue, each carrying its benchmark's `SuiteJob` (how to load, score and
+store it), so the engine starts the next benchmark's items while the last one's are still scoring
+and is loaded once, not once per benchmark. `run_items` is the suite of one.
 """
 
 from __future__ import annotations
@@ -59,39 +64,81 @@ def _mlflow_key(key: str) -> str:
     return "".join(c if c.isalnum() or c in "_-. :/" else "_" for c in key)
 
 
+@dataclass
+class SuiteJob:
+    """One benchmark of a suite: its items, and how to load, score, store and summarise them."""
+
+    benchmark: str
+    items: Sequence[Mapping]
+    load: Callable[[Mapping], Any]
+    score: Callable[[str, Mapping], dict]
+    store: ResultStore
+    group_key: Callable[[Mapping], str] = lambda i: "all"
+    aggregate: Callable | None = None
+    profile: str = "official"
+
+
 async def run_items(items: Sequence[Mapping], *, load: Callable[[Mapping], Any], engine, score: Callable[[str, Mapping], dict],
                     store: ResultStore, sampling: SamplingParams, concurrency: int = 4, queue_size: int = 16,
                     batch_size: int = 8, timeout_s: float = 300.0, group_key: Callable[[Mapping], str] = lambda i: "all",
                     benchmark: str = "eval", aggregate: Callable | None = None, profile: str = "official") -> EvalSummary:
     """Evaluate `items` not already scored in `store` (failed ones run again); return the summary over every item."""
+    job = SuiteJob(benchmark=benchmark, items=items, load=load, score=score, store=store, group_key=group_key,
+                   aggregate=aggregate, profile=profile)
+    summaries = await run_suite([job], engine=engine, sampling=sampling, concurrency=concurrency,
+                                queue_size=queue_size, batch_size=batch_size, timeout_s=timeout_s)
+    return summaries[benchmark]
+
+
+async def run_suite(jobs: Sequence[SuiteJob], *, engine, sampling: SamplingParams, concurrency: int = 4,
+                    queue_size: int = 16, batch_size: int = 8, timeout_s: float = 300.0,
+                    on_result: Callable[[str, dict], None] | None = None) -> dict[str, EvalSummary]:
+    """Evaluate every job's unscored items through one `engine`, fed from one bounded queue; a summary per job.
+
+    `on_result(benchmark, row)` is called after each item's result is stored (progress displays).
+
+    A batch may hold items of several benchmarks (they share `sampling`). Each summary's `seconds` runs
+    from the start of the suite to its benchmark's last result; `engine_wait_fraction` is the suite's.
+    """
+    names = [j.benchmark for j in jobs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"run_suite: benchmark names must be unique, got {names}")
     t0 = time.perf_counter()
     loop = asyncio.get_running_loop()
     todo: asyncio.Queue = asyncio.Queue()
-    for item in items:
-        if not store.done(item["id"]):
-            todo.put_nowait(item)
+    for job in jobs:
+        for item in job.items:
+            if not job.store.done(item["id"]):
+                todo.put_nowait((job, item))
     ready: asyncio.Queue = asyncio.Queue(maxsize=queue_size)
     scored: asyncio.Queue = asyncio.Queue(maxsize=queue_size)
+    last_result = {job.benchmark: 0.0 for job in jobs}
 
-    def fail(item: Mapping, stage: str, err: BaseException | str) -> None:
+    def record(job: SuiteJob, row: dict) -> None:
+        job.store.append(row)
+        if on_result is not None:
+            on_result(job.benchmark, row)
+        last_result[job.benchmark] = time.perf_counter() - t0
+
+    def fail(job: SuiteJob, item: Mapping, stage: str, err: BaseException | str) -> None:
         text = err if isinstance(err, str) else f"{type(err).__name__}: {err}"
-        store.append({"id": item["id"], "group": group_key(item), "score": 0.0, "error": text, "stage": stage})
+        record(job, {"id": item["id"], "group": job.group_key(item), "score": 0.0, "error": text, "stage": stage})
 
     async def loader() -> None:
         while True:
             try:
-                item = todo.get_nowait()
+                job, item = todo.get_nowait()
             except asyncio.QueueEmpty:
                 return
             try:
-                inputs = await asyncio.wait_for(in_thread(loop, load, item), timeout_s)
+                inputs = await asyncio.wait_for(in_thread(loop, job.load, item), timeout_s)
             except asyncio.TimeoutError:
-                fail(item, "load", f"timed out after {timeout_s:g} s")
+                fail(job, item, "load", f"timed out after {timeout_s:g} s")
                 continue
             except Exception as e:  # noqa: BLE001 - every failure is recorded with its item
-                fail(item, "load", e)
+                fail(job, item, "load", e)
                 continue
-            await ready.put((item, inputs))
+            await ready.put((job, item, inputs))
 
     clock = {"in_flight": 0, "idle_since": time.perf_counter(), "wait": 0.0}
 
@@ -108,19 +155,19 @@ async def run_items(items: Sequence[Mapping], *, load: Callable[[Mapping], Any],
     async def run_batch(batch: list) -> None:
         call_started()
         try:
-            outs = await generate_once([inp for _, inp in batch], [item for item, _ in batch],
+            outs = await generate_once([inp for _, _, inp in batch], [(job, item) for job, item, _ in batch],
                                        record_errors=len(batch) == 1)
             if outs is _RETRY_ALONE:
                 # One bad item (an over-long prompt, a corrupt tensor) failed the whole call: ask again
                 # one item at a time, so only the item that fails alone is recorded as failed.
-                outs = [await generate_once([inp], [item]) for item, inp in batch]
+                outs = [await generate_once([inp], [(job, item)]) for job, item, inp in batch]
                 outs = [o[0] if o is not None else None for o in outs]
         finally:
             call_ended()
         if outs is not None:
-            for k, (item, _) in enumerate(batch):
+            for k, (job, item, _) in enumerate(batch):
                 if outs[k] is not None:
-                    await scored.put((item, outs[k][0].text))
+                    await scored.put((job, item, outs[k][0].text))
 
     async def generator() -> None:
         """Batches whatever is ready. A `concurrent` engine (vLLM AsyncLLM) gets up to `concurrency`
@@ -150,7 +197,7 @@ async def run_items(items: Sequence[Mapping], *, load: Callable[[Mapping], Any],
             clock["idle_since"] = time.perf_counter()
         await scored.put(_DONE)
 
-    async def generate_once(prompts: list, batch_items: list[Mapping], *, record_errors: bool = True):
+    async def generate_once(prompts: list, batch_items: list[tuple[SuiteJob, Mapping]], *, record_errors: bool = True):
         """One engine call; its items are recorded as failed on error or timeout (then None).
 
         With `record_errors=False` an engine error returns `_RETRY_ALONE` instead (a timeout is never
@@ -163,8 +210,8 @@ async def run_items(items: Sequence[Mapping], *, load: Callable[[Mapping], Any],
         call = asyncio.ensure_future(engine.agenerate(prompts, sampling))
         finished, _ = await asyncio.wait({call}, timeout=timeout_s)
         if not finished:
-            for item in batch_items:
-                fail(item, "generate", f"generation timed out after {timeout_s:g} s")
+            for job, item in batch_items:
+                fail(job, item, "generate", f"generation timed out after {timeout_s:g} s")
             await asyncio.wait({call})
             if not call.cancelled():
                 call.exception()  # mark its late error retrieved: it is not a second failure to log
@@ -174,8 +221,8 @@ async def run_items(items: Sequence[Mapping], *, load: Callable[[Mapping], Any],
         if call.exception() is not None:
             if not record_errors:
                 return _RETRY_ALONE
-            for item in batch_items:
-                fail(item, "generate", call.exception())
+            for job, item in batch_items:
+                fail(job, item, "generate", call.exception())
             return None
         return call.result()
 
@@ -184,12 +231,12 @@ async def run_items(items: Sequence[Mapping], *, load: Callable[[Mapping], Any],
             got = await scored.get()
             if got is _DONE:
                 return
-            item, text = got
+            job, item, text = got
             try:
-                result = score(text, item)
-                store.append({"id": item["id"], "group": group_key(item), "output": text, **result})
+                result = job.score(text, item)
+                record(job, {"id": item["id"], "group": job.group_key(item), "output": text, **result})
             except Exception as e:  # noqa: BLE001
-                fail(item, "score", f"{e}\n{traceback.format_exc(limit=2)}")
+                fail(job, item, "score", f"{e}\n{traceback.format_exc(limit=2)}")
 
     # `concurrency` loader tasks each run one load at a time, each in a daemon thread of its own: a
     # decoder that hangs past its timeout keeps only its own thread, never a slot that later items
@@ -203,9 +250,14 @@ async def run_items(items: Sequence[Mapping], *, load: Callable[[Mapping], Any],
     await gen
     await sc
     engine_wall = time.perf_counter() - t_gen
-    return summarise(items, store, benchmark=benchmark, group_key=group_key, seconds=time.perf_counter() - t0,
-                     engine_wait=clock["wait"], engine_busy=max(0.0, engine_wall - clock["wait"]), aggregate=aggregate,
-                     profile=profile)
+    wall = time.perf_counter() - t0
+    return {job.benchmark: summarise(job.items, job.store, benchmark=job.benchmark, group_key=job.group_key,
+                                     seconds=last_result[job.benchmark] or wall, engine_wait=clock["wait"],
+                                     engine_busy=max(0.0, engine_wall - clock["wait"]), aggregate=job.aggregate,
+                                     profile=job.profile)
+            for job in jobs}
+
+
 
 
 def in_thread(loop: asyncio.AbstractEventLoop, fn: Callable[[Mapping], Any], item: Mapping) -> asyncio.Future:

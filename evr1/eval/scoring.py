@@ -1,4 +1,9 @@
-"""Per-item scorer builders shared by benchmark definitions."""
+"""Per-item scorer builders shared by benchmark definitions.
+
+A result whose answer the official rule stage cannot read carries `undecided: True` (counted beside
+the score in every official report) and `needs_judge: True` (the LLM judge decides it when
+`eval.judge.enabled`, as Video-MME's and VLMEvalKit's pipelines do; otherwise it counts as wrong).
+"""
 
 from __future__ import annotations
 
@@ -11,13 +16,19 @@ Extract = Callable[[str, Mapping[str, Any]], str]  # (answer text, item) → pre
 
 
 def multiple_choice(extract: Extract) -> ItemScorer:
-    """1 when the extracted letter equals the ground-truth letter; `pred` records what was read."""
+    """1 when the extracted letter equals the ground-truth letter; `pred` records what was read; an
+    empty read is `undecided` and waits for the judge."""
 
     def score(output: str, item: Mapping[str, Any]) -> dict[str, Any]:
         pred = extract(output or "", item)
-        return {"score": 1.0 if pred and pred == item["gt"] else 0.0, "pred": pred}
+        return {"score": 1.0 if pred and pred == item["gt"] else 0.0, "pred": pred, **undecided(not pred)}
 
     return score
+
+
+def undecided(flag: bool, *, judge: bool = True) -> dict[str, bool]:
+    """The fields of a result the rule stage could not decide (`judge`: the LLM judge may decide it)."""
+    return {"undecided": True, **({"needs_judge": True} if judge else {})} if flag else {}
 
 
 def by_type(table: Mapping[str, ItemScorer], *, benchmark: str) -> ItemScorer:

@@ -3,6 +3,12 @@
 from evr1.models.adapter import ModelBatch, PromptInputs, VisionLanguageAdapter, load_adapter
 from evr1.models.families import FAMILIES, Family, family_of
 from evr1.models.runtime import load_model, response_log_probs
+from evr1.models.shared_prefix import (
+    VisualFeatures,
+    encode_visual,
+    grouped_response_log_probs,
+    response_log_probs_with_visual,
+)
 from evr1.models.tiny import make_tiny
 
 __all__ = [
@@ -11,9 +17,13 @@ __all__ = [
     "ModelBatch",
     "PromptInputs",
     "VisionLanguageAdapter",
+    "VisualFeatures",
+    "encode_visual",
     "family_of",
+    "grouped_response_log_probs",
     "load_adapter",
     "load_model",
     "make_tiny",
     "response_log_probs",
+    "response_log_probs_with_visual",
 ]

@@ -19,8 +19,10 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer
 
+from evr1.data.prompt_length import check_prompt_tokens, refuse_by_size
 from evr1.models.families import Family, family_of
 from evr1.models.vision import (
+    as_tensor,
     format_timestamp,
     frame_group_timestamps,
     normalize_image,
@@ -64,6 +66,9 @@ class PromptInputs:
 
     `videos` / `images` keep the (resized) raw media for engines that run their own processor
     (vLLM); the model itself only needs `input_ids`, `mm_token_type_ids` and `mm`.
+
+    `deferred`: `mm` holds only the grids; the float patches are made from the uint8 media by
+    `ModelBatch.to(device, dtype)`, on the device the model runs on (the trainer's path).
     """
 
     input_ids: list[int]
@@ -72,6 +77,7 @@ class PromptInputs:
     text: str
     videos: tuple[VideoClip, ...] = ()
     images: tuple[np.ndarray, ...] = ()
+    deferred: bool = False
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -87,12 +93,18 @@ class ModelBatch:
     mm: dict[str, torch.Tensor]
     response_mask: torch.Tensor  # [B, Lr], 1 on real response tokens
     prompt_length: int  # Lp, the padded prompt width
+    # uint8 media of deferred prompts, in prompt order, prepared into `mm` by `to()`.
+    pending_images: tuple[np.ndarray, ...] = ()
+    pending_videos: tuple[np.ndarray, ...] = ()
+    settings: tuple[VisionSettings, VisionSettings] | None = None  # (image, video)
 
     @property
     def response_ids(self) -> torch.Tensor:
         return self.input_ids[:, self.prompt_length :]
 
     def model_inputs(self) -> dict[str, torch.Tensor]:
+        if self.pending_images or self.pending_videos:
+            raise ValueError("ModelBatch: media are still uint8 frames; call .to(device, dtype) to prepare them")
         return {
             "input_ids": self.input_ids,
             "attention_mask": self.attention_mask,
@@ -101,21 +113,65 @@ class ModelBatch:
         }
 
     def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> ModelBatch:
-        """Move every tensor; `dtype` applies to the pixel tensors only (e.g. bf16 models)."""
+        """Move every tensor; `dtype` applies to the pixel tensors only (e.g. bf16 models).
+
+        Pending uint8 media go to `device` as uint8 and are normalised and patchified there
+        (`prepare_media`): float32 gives the processors' exact values, other dtypes their rounding.
+        """
 
         def move(key: str, t: torch.Tensor) -> torch.Tensor:
             if dtype is not None and key.startswith("pixel_values"):
                 return t.to(device=device, dtype=dtype)
             return t.to(device)
 
+        mm = {k: move(k, v) for k, v in self.mm.items()}
+        if self.pending_images or self.pending_videos:
+            mm.update(prepare_media(self.pending_images, self.pending_videos, self.settings, device, dtype))
         return replace(
             self,
             input_ids=self.input_ids.to(device),
             attention_mask=self.attention_mask.to(device),
             mm_token_type_ids=self.mm_token_type_ids.to(device),
-            mm={k: move(k, v) for k, v in self.mm.items()},
+            mm=mm,
             response_mask=self.response_mask.to(device),
+            pending_images=(),
+            pending_videos=(),
         )
+
+
+def _patches(x: torch.Tensor, s: VisionSettings, dtype: torch.dtype | None) -> torch.Tensor:
+    # The cast commutes with patchify (a copy in another order), so it comes first: half the bytes to move.
+    x = x.to(dtype) if dtype is not None else x
+    return patchify(x, patch_size=s.patch_size, merge_size=s.merge_size, temporal_patch_size=s.temporal_patch_size)[0]
+
+
+def prepare_media(
+    images: Sequence[np.ndarray],
+    videos: Sequence[np.ndarray],
+    settings: tuple[VisionSettings, VisionSettings] | None,
+    device: torch.device | str,
+    dtype: torch.dtype | None = None,
+) -> dict[str, torch.Tensor]:
+    """uint8 media → `pixel_values` / `pixel_values_videos` on `device`, normalised in float32 and then
+    cast to `dtype`: identical to the CPU processors' values in float32, their bf16 rounding otherwise."""
+    if settings is None:
+        raise ValueError("prepare_media: the batch has pending media but no vision settings")
+    image_s, video_s = settings
+    out: dict[str, torch.Tensor] = {}
+    if images:
+        out["pixel_values"] = torch.cat([
+            _patches(normalize_image(as_tensor(i).to(device), image_s.mean, image_s.std),
+                     image_s, dtype) for i in images])
+    if videos:
+        out["pixel_values_videos"] = torch.cat([
+            _patches(normalize_video(as_tensor(v).to(device), video_s.mean, video_s.std),
+                     video_s, dtype) for v in videos])
+    return out
+
+
+def _grid(t: int, h: int, w: int, s: VisionSettings) -> tuple[int, int, int]:
+    """The (gt, gh, gw) patch grid `patchify` gives for T×H×W frames (T padded to the temporal patch)."""
+    return (-(-t // s.temporal_patch_size), h // s.patch_size, w // s.patch_size)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -165,8 +221,11 @@ def _as_id_list(value: Any) -> list[int]:
 class VisionLanguageAdapter:
     """Tokenizer + processor configs of one checkpoint; builds model inputs (never loads weights)."""
 
-    def __init__(self, model_dir: str | PathLike, *, tokenizer: Any | None = None) -> None:
+    def __init__(self, model_dir: str | PathLike, *, tokenizer: Any | None = None,
+                 max_prompt_tokens: int | None = None) -> None:
         self.model_dir = Path(model_dir)
+        # data.max_prompt_tokens (evr1/data/prompt_length.py): encode_prompt refuses longer prompts.
+        self.max_prompt_tokens = max_prompt_tokens
         self.family = family_of(self.model_dir)
         self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(str(self.model_dir))
         self.chat_template = _chat_template(self.tokenizer, self.model_dir)
@@ -189,6 +248,12 @@ class VisionLanguageAdapter:
         pad = self.tokenizer.pad_token_id
         self.pad_token_id: int = int(pad if pad is not None else gen_cfg.get("pad_token_id", self.eos_token_ids[0]))
 
+    def _longest_token(self) -> int:
+        """Bytes in the longest vocabulary entry (byte-level BPE: one character per byte), computed once."""
+        if getattr(self, "_longest", None) is None:
+            self._longest = max(map(len, self.tokenizer.get_vocab()), default=64)
+        return self._longest
+
     def _token_id(self, token: str) -> int:
         tid = self.tokenizer.convert_tokens_to_ids(token)
         if tid is None or tid == self.tokenizer.unk_token_id:
@@ -203,8 +268,15 @@ class VisionLanguageAdapter:
         videos: Sequence[VideoClip] = (),
         images: Sequence[np.ndarray] = (),
         system: str | None = None,
+        defer_media: bool = False,
     ) -> PromptInputs:
-        """Chat-format one user turn holding `prompt` and its media; expand vision tokens; patchify."""
+        """Chat-format one user turn holding `prompt` and its media; expand vision tokens; patchify.
+
+        `defer_media`: skip the float patches (only the grids are computed); `collate(...).to(device,
+        dtype)` makes them later from the uint8 media where the model runs.
+        """
+        if self.max_prompt_tokens is not None:  # a huge text is refused before it is tokenized
+            refuse_by_size(prompt, self.max_prompt_tokens, self._longest_token())
         content = self._content(prompt, len(videos), len(images))
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": content}]
         text = self.tokenizer.apply_chat_template(
@@ -212,12 +284,13 @@ class VisionLanguageAdapter:
         )
         mm: dict[str, torch.Tensor] = {}
         resized = [self._resize_image(i, img) for i, img in enumerate(images)]
-        image_repl = self._encode_images(resized, mm)
-        video_repl = self._encode_videos(videos, mm)
+        image_repl = self._encode_images(resized, mm, defer_media)
+        video_repl = self._encode_videos(videos, mm, defer_media)
         text = self._expand(text, image_repl, video_repl)
         input_ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        check_prompt_tokens(len(input_ids), self.max_prompt_tokens)
         types = [IMAGE if t == self.image_pad_id else VIDEO if t == self.video_pad_id else TEXT for t in input_ids]
-        return PromptInputs(input_ids, types, mm, text, tuple(videos), tuple(resized))
+        return PromptInputs(input_ids, types, mm, text, tuple(videos), tuple(resized), defer_media)
 
     def _content(self, prompt: str, n_videos: int, n_images: int) -> list[dict[str, str]]:
         """Split `prompt` on `<video>` / `<image>` into chat content items, in order."""
@@ -249,12 +322,15 @@ class VisionLanguageAdapter:
             image, factor=self.image.factor, min_pixels=self.image_min_pixels, max_pixels=self.image_max_pixels
         )
 
-    def _encode_images(self, images: Sequence[np.ndarray], mm: dict[str, torch.Tensor]) -> list[str]:
+    def _encode_images(self, images: Sequence[np.ndarray], mm: dict[str, torch.Tensor], defer: bool = False) -> list[str]:
         if not images:
             return []
         s = self.image
         patches, grids = [], []
         for img in images:
+            if defer:
+                grids.append(_grid(1, img.shape[0], img.shape[1], s))
+                continue
             p, grid = patchify(
                 normalize_image(img, s.mean, s.std),
                 patch_size=s.patch_size,
@@ -263,7 +339,8 @@ class VisionLanguageAdapter:
             )
             patches.append(p)
             grids.append(grid)
-        mm["pixel_values"] = torch.cat(patches)
+        if patches:
+            mm["pixel_values"] = torch.cat(patches)
         mm["image_grid_thw"] = torch.tensor(grids, dtype=torch.long)
         return [IMAGE_PAD * (t * h * w // s.merge_size**2) for t, h, w in grids]
 
@@ -280,20 +357,23 @@ class VisionLanguageAdapter:
         if len(clip.frame_indices) != f.shape[0]:
             raise ValueError(f"{where}: field frame_indices has {len(clip.frame_indices)} entries for {f.shape[0]} frames")
 
-    def _encode_videos(self, videos: Sequence[VideoClip], mm: dict[str, torch.Tensor]) -> list[str]:
+    def _encode_videos(self, videos: Sequence[VideoClip], mm: dict[str, torch.Tensor], defer: bool = False) -> list[str]:
         if not videos:
             return []
         s = self.video
         patches, grids, replacements, seconds_per_grid = [], [], [], []
         for i, clip in enumerate(videos):
             self._check_clip(i, clip)
-            p, (gt, gh, gw) = patchify(
-                normalize_video(clip.frames, s.mean, s.std),
-                patch_size=s.patch_size,
-                merge_size=s.merge_size,
-                temporal_patch_size=s.temporal_patch_size,
-            )
-            patches.append(p)
+            if defer:
+                gt, gh, gw = _grid(*clip.frames.shape[:3], s)
+            else:
+                p, (gt, gh, gw) = patchify(
+                    normalize_video(clip.frames, s.mean, s.std),
+                    patch_size=s.patch_size,
+                    merge_size=s.merge_size,
+                    temporal_patch_size=s.temporal_patch_size,
+                )
+                patches.append(p)
             grids.append((gt, gh, gw))
             per_group = gh * gw // s.merge_size**2
             if self.family.timestamps:
@@ -306,7 +386,8 @@ class VisionLanguageAdapter:
             # HF VideoMetadata.sampled_fps: kept frames / total frames × native fps.
             sampled_fps = len(clip.frame_indices) / clip.total_frames * clip.fps if clip.total_frames else clip.fps
             seconds_per_grid.append(s.temporal_patch_size / sampled_fps)
-        mm["pixel_values_videos"] = torch.cat(patches)
+        if patches:
+            mm["pixel_values_videos"] = torch.cat(patches)
         mm["video_grid_thw"] = torch.tensor(grids, dtype=torch.long)
         if self.family.second_per_grid_ts:
             mm["second_per_grid_ts"] = torch.tensor(seconds_per_grid, dtype=torch.float32)
@@ -358,11 +439,18 @@ class VisionLanguageAdapter:
                 input_ids[i, lp : lp + len(r)] = torch.where(ok, resp, self.pad_token_id)
                 attention[i, lp : lp + len(r)] = 1
                 response_mask[i, : len(r)] = ok.long()
+        if any(p.deferred for p in prompts) and not all(p.deferred for p in prompts):
+            raise ValueError("collate: prompts mix deferred and prepared media; encode them the same way")
         mm = {}
         for key in MEDIA_KEYS:
             parts = [p.mm[key] for p in prompts if key in p.mm]
             if parts:
                 mm[key] = torch.cat(parts)
+        if prompts[0].deferred:
+            return ModelBatch(input_ids, attention, types, mm, response_mask, lp,
+                              pending_images=tuple(i for p in prompts for i in p.images),
+                              pending_videos=tuple(c.frames for p in prompts for c in p.videos),
+                              settings=(self.image, self.video))
         return ModelBatch(input_ids, attention, types, mm, response_mask, lp)
 
     def decode(self, token_ids: Sequence[int] | torch.Tensor) -> str:

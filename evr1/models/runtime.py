@@ -60,3 +60,22 @@ def response_log_probs(
         entropy = log_z - (torch.softmax(logits, dim=-1) * logits).sum(-1)
         entropy = torch.where(mask, entropy, torch.zeros_like(entropy))
     return log_probs, entropy
+
+
+class VisionPassCounter:
+    """Counts the media items (images or videos) a model's vision tower encodes: one per row of the
+    `grid_thw` it is called with. Measures how often a prompt's frames go through the encoder."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.count = 0
+        visual = getattr(getattr(model, "model", None), "visual", None)
+        if visual is not None:
+            visual.register_forward_pre_hook(self._hook, with_kwargs=True)
+
+    def _hook(self, module, args, kwargs) -> None:
+        grid = kwargs.get("grid_thw", args[1] if len(args) > 1 else None)
+        self.count += int(grid.shape[0]) if torch.is_tensor(grid) else 1
+
+    def take(self) -> int:
+        out, self.count = self.count, 0
+        return out

@@ -1,8 +1,9 @@
 """Render a sample's prompt: pick the family template, place the media placeholder, fill it in.
 
 Rendering runs in Jinja2's `ImmutableSandboxedEnvironment` (user templates cannot reach Python
-internals or mutate the sample) with `StrictUndefined`, so a template that names a missing
-field fails with that field's name instead of printing nothing.
+internals or mutate the sample), under caps on output size, steps and time (evr1/prompts/limits.py),
+with `StrictUndefined`, so a template that names a missing field fails with that field's name
+instead of printing nothing.
 
 Fixes over the reference: a question without `<video>`/`<image>` gets one at its start (it
 crashed vLLM or the actor there); a placeholder the sample has no medium for is an error naming
@@ -18,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import DictLoader, StrictUndefined, Template, TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from evr1.prompts.limits import LimitedEnvironment, TemplateLimitError, render_limited
 from evr1.prompts.templates import INTROS, TEMPLATES
 from evr1.rewards.multiple_choice import label_options
 from evr1.rewards.registry import resolve
@@ -32,7 +33,7 @@ class PromptError(ValueError):
     """A sample or template that cannot be rendered; the message names the record and the field."""
 
 
-_env = ImmutableSandboxedEnvironment(
+_env = LimitedEnvironment(
     loader=DictLoader(TEMPLATES),
     undefined=StrictUndefined,
     autoescape=False,
@@ -170,7 +171,9 @@ def render(
     )
     compiled = _env.get_template(context["family"]) if template is None else _load_template(template, record)
     try:
-        text = compiled.render(context)
+        text = render_limited(compiled, context)
+    except TemplateLimitError as exc:
+        raise PromptError(f"{record}: template refused: {exc}") from exc
     except TemplateError as exc:
         raise PromptError(f"{record}: template rendering failed: {exc}") from exc
     return text.strip()

@@ -31,8 +31,9 @@ from evr1.rewards.registry import (
     register,
     resolve,
 )
+from evr1.rewards.sandbox import SandboxUnavailable
 from evr1.rewards.score import compute_score
-from evr1.rewards.timeouts import DEFAULT_TIMEOUT, ItemTimeout
+from evr1.rewards.timeouts import DEFAULT_TIMEOUT, ItemTimeout, RewardHelperError
 from evr1.rewards.weights import RewardWeights, check_weights
 
 __all__ = [
@@ -41,7 +42,9 @@ __all__ = [
     "Family",
     "FamilyResult",
     "ItemTimeout",
+    "RewardHelperError",
     "RewardWeights",
+    "SandboxUnavailable",
     "check_weights",
     "compute_score",
     "compute_scores",

@@ -1,8 +1,9 @@
 """Code: Python run against the sample's tests in a sandbox; SVG/HTML by tag overlap.
 
 Python with `tests` (a list of snippets such as `assert add(1, 2) == 3`, or one string holding a
-whole test program): the pass fraction, run by `sandbox.run_python_tests` under the item's time
-limit (a run that exceeds it is a timed-out item, scored 0). Without tests, the reference's rule:
+whole test program): the pass fraction, run by `sandbox.run_python_tests` under bubblewrap and the
+item's time limit (a run that exceeds it is a timed-out item, scored 0; with no sandbox on the
+machine it raises `SandboxUnavailable`, an error in the batch metrics). Without tests, the reference's rule:
 the answer must compile; then the fraction of the ground truth's identifiers (names after `def`,
 `class`, `import`, `from`) found in the answer, or 0.5 when the ground truth has none.
 SVG and HTML: 0.7 × the fraction of the ground truth's tag names present in the answer + 0.3 ×

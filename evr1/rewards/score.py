@@ -6,7 +6,8 @@ The tag and format logic lives here and nowhere else:
   the family, 1 when it does;
 * accuracy reads the tag's content (a `\\boxed{}` inside it unwrapped) or, without a tag, the
   fallback answer of `extract.fallback_answer`;
-* nothing a response or a sample contains makes this raise: what fails scores 0.
+* nothing a response or a sample contains makes this raise: what fails scores 0 and is counted
+  (`errors` in the batch metrics); only a scorer that cannot run here (`RewardHelperError`) raises.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from evr1.rewards import extract
 from evr1.rewards.registry import Family, family_for
-from evr1.rewards.timeouts import DEFAULT_TIMEOUT, ItemTimeout, item_timeout
+from evr1.rewards.timeouts import DEFAULT_TIMEOUT, ItemTimeout, RewardHelperError, item_timeout
 from evr1.rewards.weights import RewardWeights, check_weights
 
 
@@ -79,6 +80,8 @@ def score_item(
                 format_score = 0.0
     except ItemTimeout:
         accuracy, format_score, timed_out = 0.0, 0.0, True
+    except RewardHelperError:
+        raise  # scoring cannot work on this machine: never a silent 0 for every item
     except Exception as exc:  # a family bug or a pathological input: score 0, report it in metrics
         accuracy, format_score, error = 0.0, 0.0, f"{type(exc).__name__}: {exc}"
     if not ground_truth:

@@ -6,13 +6,20 @@ Two mechanisms, because a signal cannot interrupt a long C call (sympy evaluatin
 * inside a batch pool worker (`guarded()`), a SIGALRM timer stops Python-level runaways cheaply
   and the parent process kills the worker when even that does not return;
 * everywhere else, `run_limited` sends the call to a helper process that is killed on timeout.
+  The helper is `python -m evr1.rewards._worker`, not a multiprocessing child: it never re-imports
+  the caller's main module, so it works the same from a script without a main guard, from
+  `python -` and from a notebook. A helper that cannot start raises `RewardHelperError` (never a
+  silent 0); one that dies on an item makes that item an error, counted in the batch metrics.
 """
 
 from __future__ import annotations
 
 import atexit
-import multiprocessing as mp
+from multiprocessing.connection import Connection
+import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -87,12 +94,17 @@ def time_limit(seconds: float | None) -> Iterator[None]:
             signal.setitimer(signal.ITIMER_REAL, max(left, 1e-3))
 
 
-def _helper_main(conn: Any) -> None:
+class RewardHelperError(RuntimeError):
+    """The reward helper process could not be started: scoring cannot work here, so it raises."""
+
+
+def serve(requests: Any, replies: Any) -> None:
     """Helper process loop: run `fn(*args)` under an alarm and send back ("ok", value) or ("err", text)."""
+    conn = replies
     conn.send(("ready", None))
     while True:
         try:
-            fn, args, seconds = conn.recv()
+            fn, args, seconds = requests.recv()
         except EOFError:
             return
         try:
@@ -110,40 +122,56 @@ class _Helper:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._proc: Any = None
+        self._proc: subprocess.Popen | None = None
+        self._send: Any = None
         self._conn: Any = None
 
     def _start(self) -> None:
-        ctx = mp.get_context("spawn")  # never fork a process that may hold CUDA, Ray or lock state
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_helper_main, args=(child,), daemon=True, name="evr1-reward-helper")
-        proc.start()
-        child.close()
-        if not parent.poll(120):
+        # A fresh interpreter (never a fork of one that may hold CUDA, Ray or lock state) that
+        # imports evr1 from the caller's sys.path and nothing of the caller's main module.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "evr1.rewards._worker"], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, env=env, close_fds=True)
+        except OSError as exc:
+            raise RewardHelperError(f"reward helper could not start ({sys.executable} -m evr1.rewards._worker): "
+                                    f"{exc}") from exc
+        assert proc.stdin is not None and proc.stdout is not None
+        send = Connection(os.dup(proc.stdin.fileno()), readable=False)
+        conn = Connection(os.dup(proc.stdout.fileno()), writable=False)
+        proc.stdin.close()
+        proc.stdout.close()
+        try:
+            ready = conn.poll(120) and conn.recv()[0] == "ready"
+        except (EOFError, OSError):
+            ready = False
+        if not ready:
             proc.kill()
-            raise RuntimeError("reward helper process did not start within 120 s")
-        parent.recv()
-        self._proc, self._conn = proc, parent
+            proc.wait()
+            raise RewardHelperError(f"reward helper ({sys.executable} -m evr1.rewards._worker) did not start "
+                                    f"within 120 s (exit status {proc.poll()}); see its stderr above")
+        self._proc, self._send, self._conn = proc, send, conn
 
     def stop(self) -> None:
         if self._proc is not None:
             self._proc.kill()
-            self._proc.join(5)
+            self._proc.wait(5)
+            self._send.close()
             self._conn.close()
-        self._proc = self._conn = None
+        self._proc = self._send = self._conn = None
 
     def call(self, fn: Callable[..., Any], args: tuple, seconds: float) -> Any:
         with self._lock:
-            if self._proc is None or not self._proc.is_alive():
+            if self._proc is None or self._proc.poll() is not None:
                 self.stop()
                 self._start()
             try:
-                self._conn.send((fn, args, seconds))
+                self._send.send((fn, args, seconds))
                 if not self._conn.poll(seconds + _GRACE):
                     self.stop()  # stuck in C code that the alarm cannot interrupt
                     raise ItemTimeout(f"{fn.__qualname__} exceeded {seconds} s")
                 status, value = self._conn.recv()
-            except EOFError:  # the helper died (e.g. out of memory)
+            except (EOFError, BrokenPipeError, ConnectionResetError):  # the helper died (e.g. out of memory)
                 self.stop()
                 raise RuntimeError(f"reward helper died running {fn.__qualname__}") from None
             except BaseException:
@@ -172,9 +200,5 @@ def run_limited(fn: Callable[..., Any], *args: Any) -> Any:
     in_main_thread = threading.current_thread() is threading.main_thread()
     if _guarded.get() and in_main_thread:
         with time_limit(seconds):
-            return fn(*args)
-    if mp.current_process().daemon:
-        # A daemonic process may not start the helper: fall back to the alarm (main thread only).
-        with time_limit(seconds if in_main_thread else None):
             return fn(*args)
     return _helper.call(fn, args, seconds)

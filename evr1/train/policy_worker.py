@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -28,20 +28,27 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 from evr1 import rl
-from evr1.models import load_adapter, load_model, response_log_probs
+from evr1.models import grouped_response_log_probs, load_adapter, response_log_probs
+from evr1.models.runtime import VisionPassCounter
+from evr1.train.prompt_prep import READ_ERRORS, PromptPrep, ReaderSpec, row_key
+from evr1.train.rollout_worker import peak_rss_mb
+from evr1.train.sharded_load import build_replicated, build_sharded
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass
 class Shard:
-    """This rank's part of a step: prompts, sampled responses and per-token values for each response.
+    """This rank's part of a step: sample rows, sampled responses and per-token values for each response.
+
+    `rows` are the samples' small rows (ids, text, media paths): the rank reads and encodes their
+    frames itself, so no frame or tensor travels through the driver.
 
     `advantages`, `old_log_probs` and `ref_log_probs` hold one list per response (its valid tokens);
     the log-probs come back from `log_probs()` and travel with the update so nothing is computed twice.
     """
 
-    prompts: list  # list[PromptInputs]
+    rows: list[dict]  # one sample row per response
     responses: list[list[int]]
     advantages: list[list[float]]
     global_token_count: int
@@ -52,6 +59,35 @@ class Shard:
     # over all ranks; 0 / empty: the whole shard is one mini-batch with the global counts above.
     mini_size: int = 0
     mini_batches: list[tuple[int, int]] = field(default_factory=list)
+    # Shared prompt prefix: grouped calls per micro-batch (the busiest rank's count, so every rank
+    # runs as many forwards) for the log-prob passes and for the update; empty: unshared passes.
+    log_prob_calls: list[int] = field(default_factory=list)
+    update_calls: list[int] = field(default_factory=list)
+
+
+def micro_slices(rows: int, micro: int, mini: int = 0) -> list[tuple[int, int]]:
+    """[start, stop) of each micro-batch, mini-batch by mini-batch (`mini` 0: one mini-batch)."""
+    size = mini or rows
+    return [(i, min(i + micro, end)) for start in range(0, rows, size) for end in [min(start + size, rows)]
+            for i in range(start, end, micro)]
+
+
+def prompt_runs(keys: list[str]) -> list[tuple[int, int]]:
+    """[start, stop) of each run of equal consecutive keys: the responses of one prompt, side by side."""
+    runs: list[tuple[int, int]] = []
+    for i, key in enumerate(keys):
+        if runs and keys[runs[-1][0]] == key:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    return runs
+
+
+def grouped_calls(shards: list[Shard], micro: int, mini: int = 0) -> list[int]:
+    """Per micro-batch, the most prompt groups any rank has in it: every rank makes that many calls."""
+    per_rank = [[len(prompt_runs([row_key(r) for r in s.rows[a:b]])) for a, b in micro_slices(len(s.rows), micro, mini)]
+                for s in shards]
+    return [max(calls) for calls in zip(*per_rank)]
 
 
 def shard_model(model: torch.nn.Module, mesh) -> None:
@@ -72,8 +108,9 @@ def shard_model(model: torch.nn.Module, mesh) -> None:
 class PolicyWorker:
     """Created on its node first, then `setup()` with rank 0's address: the rendezvous lives where rank 0 runs."""
 
-    def __init__(self, rank: int, world_size: int, model_dir: str, options: dict):
-        self.rank, self.world_size, self.o, self.model_dir = rank, world_size, options, model_dir
+    def __init__(self, rank: int, world_size: int, model_dir: str, options: dict, spec: ReaderSpec | None = None):
+        self.rank, self.world_size, self.o, self.model_dir, self.spec = rank, world_size, options, model_dir, spec
+        self.unreadable: set[str] = set()
 
     def endpoint(self) -> str:
         """host:port for torch.distributed's store, found free on THIS node (rank 0 hosts the store)."""
@@ -97,44 +134,99 @@ class PolicyWorker:
         torch.manual_seed(options["seed"])
         dtype = DTYPES[options["dtype"]]
         self.adapter = load_adapter(self.model_dir)
-        self.model = load_model(self.model_dir, dtype=dtype, attn_implementation=options["attn_implementation"])
-        self.model.to(device)
-        self.model.train()
-        if options.get("gradient_checkpointing"):
-            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        shard_model(self.model, mesh)
+        self.prep = PromptPrep(self.adapter, self.spec, limit=options.get("prefetch_prompts", 64)) if self.spec else None
+        self.dtype = dtype
+
+        def policy(m):
+            m.train()
+            if options.get("gradient_checkpointing"):
+                m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+        # Rank 0 reads the checkpoint, the others build on the meta device: one host copy per node.
+        build = dict(rank=self.rank, dtype=dtype, attn_implementation=options["attn_implementation"], device=device,
+                     shard=lambda m: shard_model(m, mesh))
+        builder = build_sharded if options.get("meta_init", True) else build_replicated
+        self.model = builder(self.model_dir, prepare=policy, **build)
         self.ref = None
         if options["needs_reference"]:
-            self.ref = load_model(self.model_dir, dtype=dtype, attn_implementation=options["attn_implementation"])
-            self.ref.to(device).requires_grad_(False)
-            shard_model(self.ref, mesh)
+            self.ref = builder(self.model_dir, prepare=lambda m: m.eval().requires_grad_(False), **build)
+        self.vision_passes = [VisionPassCounter(m) for m in (self.model, self.ref) if m is not None]
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=options["lr"], betas=tuple(options["betas"]),
                                            weight_decay=options["weight_decay"])
         self.device = device
 
     # -- helpers -----------------------------------------------------------------------------------
 
-    def _micro_batches(self, shard: Shard, start: int = 0, end: int | None = None) -> list[tuple]:
-        """(batch, advantages, old, ref, response lengths) per micro-batch of responses [start, end), on the CPU.
+    def peak_rss_mb(self) -> float:
+        return peak_rss_mb()
 
-        Each is moved to the device only while it is used (`_on_device`), so a step's media never
-        sit on the accelerator all at once.
+    def prefetch(self, rows: list[dict]) -> None:
+        """Start reading the prompts this rank expects next, in the background (see `PromptPrep`)."""
+        self.prep.prefetch(rows)
+
+    def _prompt(self, row: dict) -> tuple[object, bool]:
+        """(the row's prompt, readable). Unreadable media here (the rollout worker could read them):
+        a text-only stand-in whose response is masked out, so this rank still runs every pass its
+        peers run (FSDP2's collectives) and the sample weighs nothing."""
+        try:
+            return self.prep.get(row), True
+        except READ_ERRORS:
+            self.unreadable.add(row_key(row))
+            return self.adapter.encode_prompt("", defer_media=True), False
+
+    def _micro_batches(self, shard: Shard, mini: int = 0) -> list[list[tuple]]:
+        """Mini-batches of micro-batches: (batch, advantages, old, ref, response lengths, prompt groups),
+        on the CPU. A group is (prompt, its responses) over consecutive rows of one prompt.
+
+        Prompts hold uint8 frames; each micro-batch is moved to the device and prepared there only
+        while it is used (`_on_device`), so a step's media never sit on the accelerator all at once.
         """
-        mbs = self.o["micro_batch_size"]
-        out = []
-        end = len(shard.responses) if end is None else end
-        for i in range(start, end, mbs):
-            stop = min(i + mbs, end)
-            batch = self.adapter.collate(shard.prompts[i:stop], shard.responses[i:stop])
+        out: list[list[tuple]] = []
+        size = mini or len(shard.responses)
+        for i, stop in micro_slices(len(shard.responses), self.o["micro_batch_size"], mini):
+            if i % size == 0:
+                out.append([])
+            prompts, readable = zip(*(self._prompt(row) for row in shard.rows[i:stop]))
+            batch = self.adapter.collate(list(prompts), shard.responses[i:stop])
+            for row, ok in enumerate(readable):
+                if not ok:
+                    batch.response_mask[row] = 0
             shape = batch.response_mask.shape
             values = [_padded(rows[i:stop], shape) if rows else None
                       for rows in (shard.advantages, shard.old_log_probs, shard.ref_log_probs)]
-            out.append((batch, *values, [len(r) for r in shard.responses[i:stop]]))
+            groups = [(prompts[a], shard.responses[i + a:i + b])
+                      for a, b in prompt_runs([row_key(r) for r in shard.rows[i:stop]])]
+            out[-1].append((batch, *values, [len(r) for r in shard.responses[i:stop]], groups))
         return out
 
-    def _on_device(self, item: tuple) -> tuple:
-        batch, *values, lengths = item
-        return (batch.to(self.device), *(v.to(self.device) if v is not None else None for v in values), lengths)
+    def _on_device(self, item: tuple, *, media: bool = True) -> tuple:
+        """The micro-batch's tensors on the device; `media` False leaves the frames unprepared (the
+        grouped path prepares each prompt once itself)."""
+        batch, *values, lengths, groups = item
+        moved = batch.to(self.device, dtype=self.dtype) if media else replace(
+            batch, response_mask=batch.response_mask.to(self.device))
+        return (moved, *(v.to(self.device) if v is not None else None for v in values), lengths, groups)
+
+    def _grouped(self, model, item: tuple, calls: int, *, with_entropy: bool = False):
+        """Log-probs (and entropy) [B, Lr] of a micro-batch, each prompt run once under its n responses
+        (`grouped_response_log_probs`), plus a zero term tying `calls - groups` padding calls into
+        the graph: every rank runs `calls` grouped calls, so FSDP2's collectives stay in step."""
+        batch, *_, groups = item
+        mask = batch.response_mask.bool()
+        width = mask.shape[1]
+        options = {"temperature": self.o["temperature"], "with_entropy": with_entropy, "dtype": self.dtype}
+        parts = [grouped_response_log_probs(model, self.adapter, prompt, responses, **options)
+                 for prompt, responses in groups]
+        zero = torch.zeros((), device=mask.device)
+        for _ in range(calls - len(groups)):
+            pad_lp, pad_ent = grouped_response_log_probs(model, self.adapter, groups[0][0],
+                                                         [[self.adapter.pad_token_id]], **options)
+            zero = zero + 0.0 * (pad_lp.sum() + (pad_ent.sum() if pad_ent is not None else 0.0))
+
+        def rows(k):
+            full = torch.cat([torch.nn.functional.pad(p[k], (0, width - p[k].shape[1])) for p in parts])
+            return torch.where(mask, full, torch.zeros_like(full))  # unreadable rows weigh nothing
+        return rows(0), (rows(1) if with_entropy else None), zero
 
     def _log_probs(self, model, batch, with_entropy=False):
         return response_log_probs(model, batch, temperature=self.o["temperature"], with_entropy=with_entropy)
@@ -144,27 +236,29 @@ class PolicyWorker:
     def log_probs(self, shard: Shard) -> dict[str, list[list[float]] | None]:
         """Log-probs of each response under the current policy ("old") and the reference, before the update."""
         old, ref = [], []
+        calls = shard.log_prob_calls
         with torch.no_grad():
-            for item in self._micro_batches(shard):
-                batch, *_, lengths = self._on_device(item)
-                # Cut at the response's own length: a masked position (e.g. a vision token the
-                # policy sampled) keeps its place instead of shifting the rest.
-                lp = self._log_probs(self.model, batch)[0].float().cpu()
-                old.extend(lp[row, :n].tolist() for row, n in enumerate(lengths))
-                if self.ref is not None:
-                    rp = self._log_probs(self.ref, batch)[0].float().cpu()
-                    ref.extend(rp[row, :n].tolist() for row, n in enumerate(lengths))
-        return {"old": old, "ref": ref if self.ref is not None else None}
+            for k, item in enumerate((self._micro_batches(shard) or [[]])[0]):
+                item = self._on_device(item, media=not calls)
+                batch, *_, lengths, _ = item
+                models = [(self.model, old)] + ([(self.ref, ref)] if self.ref is not None else [])
+                for model, out in models:
+                    lp = (self._grouped(model, item, calls[k])[0] if calls else self._log_probs(model, batch)[0])
+                    lp = lp.float().cpu()
+                    # Cut at the response's own length: a masked position (e.g. a vision token the
+                    # policy sampled) keeps its place instead of shifting the rest.
+                    out.extend(lp[row, :n].tolist() for row, n in enumerate(lengths))
+        return {"old": old, "ref": ref if self.ref is not None else None, "data_wait_s": self.prep.take_wait()}
 
     def step(self, shard: Shard, lr: float) -> dict[str, float]:
         """`ppo_epochs` passes over the shard's mini-batches, one optimizer step per mini-batch."""
         self._set_lr(lr)
-        size = shard.mini_size or len(shard.responses)
-        minis = [self._micro_batches(shard, i, i + size) for i in range(0, len(shard.responses), size)]
+        minis = self._micro_batches(shard, shard.mini_size)
         agg = self.o["loss_agg_mode"]
         sums: dict[str, float] = {}
         count = updates = 0
         for _ in range(self.o["ppo_epochs"]):
+            calls = iter(shard.update_calls)  # the same micro-batches every epoch
             for k, mini in enumerate(minis):
                 tokens, seqs = shard.mini_batches[k] if shard.mini_batches else (shard.global_token_count,
                                                                                  shard.global_sequence_count)
@@ -174,7 +268,8 @@ class PolicyWorker:
                           "loss_scale_factor": self.o["loss_scale_factor"] * seqs}
                 self.optimizer.zero_grad(set_to_none=True)
                 for item in mini:
-                    metrics = self._backward(self._on_device(item), counts, agg)
+                    call = next(calls, 0)
+                    metrics = self._backward(self._on_device(item, media=not call), counts, agg, call)
                     for key, v in metrics.items():
                         sums[key] = sums.get(key, 0.0) + v
                     count += 1
@@ -186,12 +281,26 @@ class PolicyWorker:
         out["actor/grad_norm"] = sums.get("actor/grad_norm", 0.0) / max(updates, 1)
         out["actor/lr"] = lr
         out["actor/updates"] = float(updates)
+        out.update(self._data_metrics())
         return out
 
-    def _backward(self, item: tuple, counts: dict, agg: str) -> dict[str, float]:
-        batch, adv, old_lp, ref_lp, _ = item
+    def _data_metrics(self) -> dict[str, float]:
+        """Per-rank data figures for the step; the step's prompts are released (next ones stay prefetched)."""
+        self.prep.release()
+        out = {"data/rank_unreadable": float(len(self.unreadable)), "time/rank_data_wait_s": self.prep.take_wait(),
+               "perf/rank_peak_rss_mb": peak_rss_mb(), **self.prep.take_reads(),
+               "perf/rank_vision_passes": float(sum(c.take() for c in self.vision_passes))}
+        self.unreadable.clear()
+        return out
+
+    def _backward(self, item: tuple, counts: dict, agg: str, calls: int = 0) -> dict[str, float]:
+        """One micro-batch's loss and backward; `calls` > 0: the shared-prefix path with that many grouped calls."""
+        batch, adv, old_lp, ref_lp, _, _ = item
         mask = batch.response_mask.float()
-        log_probs, entropy = self._log_probs(self.model, batch, with_entropy=True)
+        if calls:
+            log_probs, entropy, zero = self._grouped(self.model, item, calls, with_entropy=True)
+        else:
+            (log_probs, entropy), zero = self._log_probs(self.model, batch, with_entropy=True), 0.0
         log_probs = log_probs.float()
         pg_loss, pg_metrics = rl.policy_loss(self.o["policy_loss"], log_probs, old_lp, adv, mask,
                                              loss_agg_mode=agg, **counts, **self.o["loss_options"])
@@ -204,7 +313,8 @@ class PolicyWorker:
         if self.o["entropy_coeff"] != 0.0:
             loss = loss - self.o["entropy_coeff"] * rl.aggregate_loss(entropy.float(), mask, agg, **counts)
         metrics["actor/entropy"] = float(rl.masked_mean(entropy.detach().float(), mask))
-        if not any(k in batch.model_inputs() for k in ("pixel_values", "pixel_values_videos")):
+        loss = loss + zero
+        if not _has_media(batch):
             loss = loss + 0.0 * self._visual_dummy()
         # The loss is already normalised by global counts; FSDP2 averages gradients over ranks,
         # so multiplying by the world size turns that average into the exact global sum.
@@ -226,16 +336,17 @@ class PolicyWorker:
         self._set_lr(self.o["warmup_lr"])
         self.optimizer.zero_grad(set_to_none=True)
         total = 0.0
-        for item in self._micro_batches(shard):
+        for item in (self._micro_batches(shard) or [[]])[0]:
             batch = self._on_device(item)[0]
             log_probs, _ = response_log_probs(self.model, batch, temperature=1.0)
             nll = rl.aggregate_loss(-log_probs.float(), batch.response_mask, "token-mean",
                                     global_token_count=shard.global_token_count)
-            if not any(k in batch.model_inputs() for k in ("pixel_values", "pixel_values_videos")):
+            if not _has_media(batch):
                 nll = nll + 0.0 * self._visual_dummy()
             (nll * self.world_size).backward()  # see `step`: FSDP2 averages over ranks
             total += float(nll.detach())
         grad_norm = self._clip_and_step()
+        self._data_metrics()
         return {"warmup/nll": total * self.world_size, "warmup/grad_norm": grad_norm}
 
     def _set_lr(self, lr: float) -> None:
@@ -272,6 +383,12 @@ class PolicyWorker:
     def shutdown(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _has_media(batch) -> bool:
+    """Whether a micro-batch holds any image or video (prepared or still uint8)."""
+    return bool(batch.pending_images or batch.pending_videos) or any(
+        k in batch.mm for k in ("pixel_values", "pixel_values_videos"))
 
 
 def _padded(rows: list[list[float]], shape) -> torch.Tensor:

@@ -6,15 +6,9 @@ the prompts the uninterrupted run would have drawn.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
-from typing import Any
 
 import numpy as np
-
-from evr1 import prompts
-from evr1.cache import FrameReader
-from evr1.data.ingest import reward_sample
 
 
 @dataclass
@@ -46,13 +40,13 @@ class PromptSource:
                 self.cursor = Cursor(self.cursor.epoch + 1, 0)
         return out
 
+    def peek(self, size: int) -> list[dict]:
+        """The samples the next `next_batch(size)` would return, without moving the cursor (for prefetch)."""
+        saved = Cursor(self.cursor.epoch, self.cursor.position)
+        try:
+            return self.next_batch(size)
+        finally:
+            self.cursor = saved
+
     def state(self) -> dict:
         return asdict(self.cursor)
-
-
-def encode_sample(sample: dict, adapter, reader: FrameReader, *, template: str | None, thinking: bool):
-    """Render the prompt, fetch frames (cache or decode, same rules) and tokenise: a `PromptInputs`."""
-    text = prompts.render(reward_sample(sample), template=template, thinking=thinking)
-    videos = [reader.video(p) for p in sample.get("videos") or []]
-    images = [reader.image(p) for p in sample.get("images") or []]
-    return adapter.encode_prompt(text, videos=videos, images=images)

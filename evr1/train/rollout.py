@@ -3,6 +3,9 @@
 With DAPO dynamic sampling, groups that cannot teach anything (all responses scored alike) are
 dropped and more prompts are drawn until the step has `prompts_per_step` informative groups or the
 draw budget is spent. ReMax adds a greedy response per prompt whose score is the baseline.
+
+The driver sends the rollout worker sample rows; the worker reads and encodes them and answers which
+were readable (`prepare`), so a sample whose media cannot be read is skipped and counted here.
 """
 
 from __future__ import annotations
@@ -14,18 +17,18 @@ import ray
 import torch
 
 from evr1 import rl
-from evr1.cache import CacheMiss
 from evr1.config import Config
 from evr1.data.ingest import reward_sample
-from evr1.train.prompt_source import PromptSource, encode_sample
-from evr1.video.errors import MediaDecodeError
+from evr1.train.messages import MessageLog
+from evr1.train.prompt_source import PromptSource
 
 
 @dataclass
 class Rollout:
     """One entry per response; `groups` ties the n responses of a prompt together."""
 
-    prompts: list = field(default_factory=list)  # PromptInputs, repeated per response
+    rows: list[dict] = field(default_factory=list)  # the sample row, repeated per response
+    prompt_tokens: list[int] = field(default_factory=list)  # the encoded prompt's length, per response
     responses: list[list[int]] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
     groups: list[int] = field(default_factory=list)
@@ -38,20 +41,21 @@ class Rollout:
 
     def take(self, keep: list[bool]) -> "Rollout":
         out = Rollout()
-        for name in ("prompts", "responses", "texts", "groups", "scores", "truncated", "baseline"):
+        for name in FIELDS:
             values = getattr(self, name)
             if values:
                 setattr(out, name, [v for v, k in zip(values, keep) if k])
         return out
 
     def extend(self, other: "Rollout") -> None:
-        for name in ("prompts", "responses", "texts", "groups", "scores", "truncated", "baseline"):
+        for name in FIELDS:
             getattr(self, name).extend(getattr(other, name))
 
     def group_order(self) -> list[int]:
         return list(dict.fromkeys(self.groups))
 
 
+FIELDS = ("rows", "prompt_tokens", "responses", "texts", "groups", "scores", "truncated", "baseline")
 Scorer = Callable[[list[str], list[dict]], tuple[list[dict], dict]]
 
 
@@ -63,36 +67,43 @@ def _sampling(cfg: Config, seed: int, *, greedy: bool = False) -> dict:
             "top_k": max(ro.top_k, 0), "seed": seed}
 
 
-def draw_encoded(cfg: Config, source: PromptSource, adapter, reader, size: int, metrics: dict) -> tuple[list, list]:
-    """`size` samples with their encoded prompts; a sample whose media cannot be read is skipped, counted
-    in `data/skipped_samples`, and replaced by the next one, so one bad file never stops training."""
-    ro = cfg.rollout
-    batch, prompts, skipped = [], [], 0
-    while len(batch) < size:
-        sample = source.next_batch(1)[0]
-        try:
-            prompts.append(encode_sample(sample, adapter, reader, template=ro.template, thinking=ro.thinking))
-        except (MediaDecodeError, CacheMiss) as e:
-            skipped += 1
-            if skipped > max(10, 2 * size):
-                raise RuntimeError(f"training: {skipped} samples could not be read while filling one batch of "
-                                   f"{size}; the last, {sample['sample_id']}: {e}") from e
-            continue
-        batch.append(sample)
+def draw_readable(source: PromptSource, rollout_actor, size: int, metrics: dict,
+                  messages: MessageLog) -> tuple[list[dict], list[int], list[int]]:
+    """`size` samples whose media the rollout worker could read, with its prompt handles and prompt
+    lengths; an unreadable sample is skipped, counted in `data/skipped_samples`, and replaced by the
+    next one, so one bad file never stops training."""
+    rows, handles, lengths, skipped = [], [], [], 0
+    while len(rows) < size:
+        drawn = source.next_batch(size - len(rows))
+        for row, answer in zip(drawn, ray.get(messages.call(rollout_actor.prepare, drawn))):
+            if "error" in answer:
+                skipped += 1
+                if skipped > max(10, 2 * size):
+                    raise RuntimeError(f"training: {skipped} samples could not be read while filling one batch of "
+                                       f"{size}; the last, {answer['error']}")
+                continue
+            rows.append(row)
+            handles.append(answer["handle"])
+            lengths.append(answer["prompt_tokens"])
     metrics["data/skipped_samples"] = metrics.get("data/skipped_samples", 0.0) + skipped
-    return batch, prompts
+    return rows, handles, lengths
 
 
-def _draw(cfg: Config, rollout_actor, source: PromptSource, adapter, reader, score: Scorer, *, seed: int,
-          first_group: int, metrics: dict) -> Rollout:
+Announce = Callable[[list[dict]], None]
+
+
+def _draw(cfg: Config, rollout_actor, source: PromptSource, adapter, score: Scorer, *, seed: int,
+          first_group: int, metrics: dict, messages: MessageLog, announce: Announce) -> Rollout:
     ro = cfg.rollout
-    batch, prompts = draw_encoded(cfg, source, adapter, reader, cfg.trainer.prompts_per_step, metrics)
-    groups_out = ray.get(rollout_actor.generate.remote(prompts, _sampling(cfg, seed)))
+    batch, handles, lengths = draw_readable(source, rollout_actor, cfg.trainer.prompts_per_step, metrics, messages)
+    announce(batch)  # the policy ranks start reading these while the rollout generates
+    groups_out = ray.get(messages.call(rollout_actor.generate_prepared, handles, _sampling(cfg, seed)))
     out = Rollout()
     samples = []
     for i, (sample, group) in enumerate(zip(batch, groups_out)):
         for g in group:
-            out.prompts.append(prompts[i])
+            out.rows.append(sample)
+            out.prompt_tokens.append(lengths[i])
             out.responses.append(g["token_ids"] or [adapter.pad_token_id])
             out.texts.append(g["text"])
             out.groups.append(first_group + i)  # per prompt slot: a repeated sample is not one merged group
@@ -103,7 +114,7 @@ def _draw(cfg: Config, rollout_actor, source: PromptSource, adapter, reader, sco
         if isinstance(v, (int, float)) and "per_second" not in k:  # counts add up over draws; rates do not
             metrics[f"reward/{k}"] = metrics.get(f"reward/{k}", 0.0) + float(v)
     if cfg.algorithm.adv_estimator == "remax":
-        greedy = ray.get(rollout_actor.generate.remote(prompts, _sampling(cfg, seed, greedy=True)))
+        greedy = ray.get(messages.call(rollout_actor.generate_prepared, handles, _sampling(cfg, seed, greedy=True)))
         base_scores, _ = score([g[0]["text"] for g in greedy], [reward_sample(s) for s in batch])
         base = torch.tensor([s["overall"] for s in base_scores], dtype=torch.float32)
         a = cfg.algorithm
@@ -112,20 +123,24 @@ def _draw(cfg: Config, rollout_actor, source: PromptSource, adapter, reader, sco
                                               max_response_length=ro.max_new_tokens, buffer_len=a.overlong_buffer_len,
                                               penalty_factor=a.overlong_penalty_factor).float()
         out.baseline = [float(base[g - first_group]) for g in out.groups]
+    messages.call(rollout_actor.release, handles)  # ordered after generate: an actor runs calls in turn
     return out
 
 
-def collect(cfg: Config, rollout_actor, source: PromptSource, adapter, reader, score: Scorer, step: int,
-            metrics: dict) -> tuple[Rollout, Rollout]:
-    """(everything generated, what the update trains on): equal unless dynamic sampling dropped groups."""
+def collect(cfg: Config, rollout_actor, source: PromptSource, adapter, score: Scorer, step: int,
+            metrics: dict, messages: MessageLog, announce: Announce = lambda rows: None) -> tuple[Rollout, Rollout]:
+    """(everything generated, what the update trains on): equal unless dynamic sampling dropped groups.
+
+    `announce(rows)` is called with each draw's readable samples before they are generated from.
+    """
     a, t = cfg.algorithm, cfg.trainer
     generated, kept = Rollout(), Rollout()
     draws = 0
     while True:
         draws += 1
-        drawn = _draw(cfg, rollout_actor, source, adapter, reader, score,
+        drawn = _draw(cfg, rollout_actor, source, adapter, score,
                       seed=cfg.run.seed * 100003 + step * 101 + draws, first_group=(draws - 1) * t.prompts_per_step,
-                      metrics=metrics)
+                      metrics=metrics, messages=messages, announce=announce)
         generated.extend(drawn)
         if not a.dynamic_sampling:
             kept = drawn

@@ -2,30 +2,77 @@
 
 On GPUs this is where vLLM runs (its own environment, joined to the Ray cluster); on a laptop it is
 transformers' `generate`. Either way it receives the trained weights from FSDP rank 0.
+
+The driver sends it sample rows, never frames: `prepare` reads and encodes them here (its own
+`FrameReader`), answers which were readable with their handles, and `generate_prepared` samples from
+those handles. `prefetch` reads the next step's rows in the background while the policy updates.
 """
 
 from __future__ import annotations
 
 import os
+import resource
+from itertools import count
 
 import torch
 
 from evr1.engines import SamplingParams, make_engine
 from evr1.models import load_adapter
+from evr1.models.runtime import VisionPassCounter
+from evr1.train.prompt_prep import READ_ERRORS, PromptPrep, ReaderSpec, row_key
 
 
 class RolloutWorker:
-    def __init__(self, model_dir: str, engine: str, options: dict):
+    def __init__(self, model_dir: str, engine: str, options: dict, spec: ReaderSpec | None = None):
         torch.set_num_threads(max(1, options.get("threads", os.cpu_count() or 1)))
         self.adapter = load_adapter(model_dir)
         # `device` None: the GPU Ray gave this actor if any, else the CPU.
         self.engine = make_engine(engine, model_dir=model_dir, batch_size=options["batch_size"],
                                   dtype=options.get("dtype", "float32"), device=options.get("device"))
+        self.prep = PromptPrep(self.adapter, spec, limit=options.get("prefetch_prompts", 64)) if spec else None
+        self.vision_passes = VisionPassCounter(getattr(self.engine, "model", None))
+        self._prompts: dict[int, object] = {}
+        self._handles = count()
 
     def generate(self, prompts: list, params: dict) -> list[list[dict]]:
         outs = self.engine.generate(prompts, SamplingParams(**params))
         return [[{"token_ids": g.token_ids, "text": g.text, "finish_reason": g.finish_reason} for g in group]
                 for group in outs]
+
+    # -- rows in, generations out (the trainer's path) ----------------------------------------------
+
+    def prefetch(self, rows: list[dict]) -> None:
+        self.prep.prefetch(rows)
+
+    def prepare(self, rows: list[dict]) -> list[dict]:
+        """Read and encode each row here: {"handle", "prompt_tokens"} when readable, {"error"} when not."""
+        out = []
+        for row in rows:
+            try:
+                prompt = self.prep.get(row)
+            except READ_ERRORS as e:
+                out.append({"error": f"sample {row_key(row)}: {e}"})
+                continue
+            handle = next(self._handles)
+            self._prompts[handle] = prompt
+            out.append({"handle": handle, "prompt_tokens": len(prompt)})
+        self.prep.release()
+        return out
+
+    def generate_prepared(self, handles: list[int], params: dict) -> list[list[dict]]:
+        return self.generate([self._prompts[h] for h in handles], params)
+
+    def release(self, handles: list[int]) -> None:
+        for h in handles:
+            self._prompts.pop(h, None)
+
+    def data_stats(self) -> dict[str, float]:
+        """Since the last call: seconds spent waiting for frames, cache hits and misses; and this
+        process's peak RSS (MB)."""
+        return {"wait_s": self.prep.take_wait(), "peak_rss_mb": peak_rss_mb(), **self.prep.take_reads(),
+                "vision_passes": self.vision_passes.take()}
+
+    # -- weights -----------------------------------------------------------------------------------
 
     def set_weights(self, state_dict: dict) -> None:
         update = getattr(self.engine, "update_weights", None)
@@ -34,10 +81,27 @@ class RolloutWorker:
         else:
             self.engine.model.load_state_dict(state_dict)
 
+    def probe_rows(self, rows: list[dict], response: list[int]) -> dict | None:
+        """`probe_logits` on the first row whose media can be read here (None when none can)."""
+        for row in rows:
+            try:
+                prompt = self.prep.get(row)
+            except READ_ERRORS:
+                continue
+            finally:
+                self.prep.release()
+            return self.probe_logits(prompt, response)
+        return None
+
     def probe_logits(self, prompt, response: list[int]) -> dict:
         """Logits of the current weights on one fixed input: merge checks its output against them."""
-        batch = self.adapter.collate([prompt], [response])
         model = self.engine.model
+        batch = self.adapter.collate([prompt], [response]).to(model.device)
         with torch.no_grad():
-            logits = model(**batch.to(model.device).model_inputs()).logits.float().cpu()
+            logits = model(**batch.model_inputs()).logits.float().cpu()
         return {"inputs": {k: v.cpu() for k, v in batch.model_inputs().items()}, "logits": logits}
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size in MB (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

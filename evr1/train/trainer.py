@@ -18,17 +18,16 @@ import ray
 import torch
 
 from evr1 import rewards, rl
-from evr1.cache import FrameReader
 from evr1.config import Config
 from evr1.data.ingest import reward_sample
 from evr1.models import load_adapter
 from evr1.train import checkpoint as ckpt_io
-from evr1.train.policy_worker import PolicyWorker, Shard
-from evr1.train.prompt_source import Cursor, PromptSource, encode_sample
+from evr1.train.messages import MessageLog
+from evr1.train.policy_worker import PolicyWorker, Shard, grouped_calls
+from evr1.train.prompt_prep import ReaderSpec
+from evr1.train.prompt_source import Cursor, PromptSource
 from evr1.train.ray_utils import ensure_ray
-from evr1.cache import CacheMiss
-from evr1.train.rollout import Rollout, collect, draw_encoded
-from evr1.video.errors import MediaDecodeError
+from evr1.train.rollout import Rollout, collect, draw_readable
 from evr1.train.rollout_worker import RolloutWorker
 from evr1.train.schedule import lr_at
 
@@ -59,7 +58,7 @@ def _worker_options(cfg: Config) -> dict:
         "loss_options": {k: v for k, v in a.loss_options().items() if k not in ("loss_agg_mode", "loss_scale_factor")},
         "betas": list(t.betas), "weight_decay": t.weight_decay, "grad_clip": t.grad_clip,
         "lr": t.lr, "warmup_lr": t.warmup_lr or t.lr, "micro_batch_size": t.micro_batch_size,
-        "ppo_epochs": t.ppo_epochs,
+        "ppo_epochs": t.ppo_epochs, "prefetch_prompts": t.prefetch_prompts,
         # Log-probs are taken at the sampling temperature, as the rollout drew them (greedy: 1).
         "temperature": cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0,
     }
@@ -81,33 +80,46 @@ class _Cluster:
     """The actor group: `world_size` FSDP2 ranks plus one rollout worker.
 
     Ranks are created first; rank 0 then names a free port on its own node for the rendezvous, so
-    the group also forms when Ray places rank 0 on a different node from the driver.
+    the group also forms when Ray places rank 0 on a different node from the driver. Every call goes
+    through `messages`, which measures what the driver sends.
     """
 
-    def __init__(self, cfg: Config, model_dir: Path):
+    def __init__(self, cfg: Config, model_dir: Path, spec: ReaderSpec):
         t = cfg.trainer
         gpus = 1 if t.device == "cuda" else 0
         Policy = ray.remote(num_cpus=0, num_gpus=gpus)(PolicyWorker)
         Rollout = ray.remote(num_cpus=0, num_gpus=gpus)(RolloutWorker)
         options = _worker_options(cfg)
-        self.ranks = [Policy.remote(r, t.world_size, str(model_dir), options) for r in range(t.world_size)]
+        self.messages = MessageLog()
+        self.ranks = [Policy.remote(r, t.world_size, str(model_dir), options, spec) for r in range(t.world_size)]
         self.rollout = Rollout.remote(str(model_dir), cfg.rollout.engine,
                                       {"batch_size": cfg.rollout.batch_size, "dtype": cfg.model.dtype,
-                                       "device": t.device})
+                                       "device": t.device, "prefetch_prompts": t.prefetch_prompts}, spec)
         master = ray.get(self.ranks[0].endpoint.remote())
         self.all("setup", master)
 
     def all(self, method: str, *args) -> list:
-        return gather([getattr(r, method).remote(*args) for r in self.ranks], self)
+        return gather([self.messages.call(getattr(r, method), *args) for r in self.ranks], self)
 
     def each(self, method: str, per_rank: list) -> list:
-        return gather([getattr(r, method).remote(*args) for r, args in zip(self.ranks, per_rank)], self)
+        return gather([self.messages.call(getattr(r, method), *args) for r, args in zip(self.ranks, per_rank)], self)
+
+    def announce(self, rows: list[dict], n: int) -> None:
+        """Tell each rank which prompts it will most likely train on (its equal share of the n·P
+        responses, as `_shards` cuts them), so it reads them during generation. Not waited for."""
+        ws = len(self.ranks)
+        per = len(rows) * n // ws
+        if not per:
+            return
+        for k, rank in enumerate(self.ranks):
+            first, last = k * per // n, ((k + 1) * per - 1) // n
+            self.messages.call(rank.prefetch, rows[first:last + 1])
 
     def sync_weights(self) -> None:
         # Every rank takes part in gathering the full state dict; rank 0's result goes straight from
         # its object store to the rollout worker, never through the driver.
         refs = [r.full_state_dict.remote() for r in self.ranks]
-        gather([self.rollout.set_weights.remote(refs[0]), *refs[1:]], self)
+        gather([self.messages.call(self.rollout.set_weights, refs[0]), *refs[1:]], self)
 
     def kill(self) -> None:
         for actor in [*self.ranks, self.rollout]:
@@ -147,7 +159,9 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
     adapter = load_adapter(model_dir)
     params = cfg.cache.frame_params(adapter.family.factor)
     mode = cfg.cache.mode if (cfg.cache.enabled and frames_uri) else "decode-only"
-    reader = FrameReader(frames_uri, params, mode=mode, data_root=cfg.data.data_root)
+    # Workers open their own readers from this spec: the driver never touches a frame.
+    spec = ReaderSpec(frames_uri if mode != "decode-only" else None, params, mode,
+                      str(cfg.data.data_root) if cfg.data.data_root else None, cfg.rollout.template, cfg.rollout.thinking)
     score = _scorer(cfg)
 
     if not t.resume:
@@ -158,19 +172,20 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
     history: list[dict] = state.get("history", [])
     kl_ctrl = _kl_controller(cfg, state.get("kl_coef"))
 
-    cluster = _Cluster(cfg, model_dir)
+    cluster = _Cluster(cfg, model_dir, spec)
     try:
         if resume_from:
             cluster.all("load", str(resume_from))
         elif t.warmup_sft_steps:
-            _warmup(cfg, cluster, samples, adapter, reader, log_metrics)
+            _warmup(cfg, cluster, samples, adapter, log_metrics)
+        cluster.messages.call(cluster.rollout.prefetch, source.peek(t.prompts_per_step))
         cluster.sync_weights()
         step = state["step"]
         while step < t.steps:
             step += 1
-            metrics = _one_step(cfg, cluster, source, adapter, reader, score, step, kl_ctrl)
+            metrics = _one_step(cfg, cluster, source, adapter, score, step, kl_ctrl)
             if val_samples and t.val_every and (step % t.val_every == 0 or step == t.steps):
-                metrics.update(validate(cfg, cluster, val_samples, adapter, reader, score))
+                metrics.update(validate(cfg, cluster, val_samples, adapter, score))
             history.append({"step": step, **metrics})
             log_metrics(metrics, step)
             if step == t.steps or (t.save_every and step % t.save_every == 0):
@@ -179,7 +194,7 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
                 ckpt_io.prune(out_dir, t.keep_last)
         final = ckpt_io.latest_checkpoint(out_dir)
         if not (final / "probe.pt").exists():
-            _write_probe(cluster, source.samples, adapter, reader, cfg, final)
+            _write_probe(cluster, source.samples, adapter, final)
     finally:
         cluster.shutdown()
     return TrainResult(checkpoint=final, steps=step, history=history)
@@ -195,24 +210,33 @@ def _kl_controller(cfg: Config, value: float | None):
     return rl.FixedKLController(start)
 
 
-def _one_step(cfg, cluster: _Cluster, source: PromptSource, adapter, reader, score, step: int, kl_ctrl) -> dict:
+def _one_step(cfg, cluster: _Cluster, source: PromptSource, adapter, score, step: int, kl_ctrl) -> dict:
     t, a = cfg.trainer, cfg.algorithm
     t0 = time.perf_counter()
     metrics: dict[str, float] = {}
-    generated, batch = collect(cfg, cluster.rollout, source, adapter, reader, score, step, metrics)
+    generated, batch = collect(cfg, cluster.rollout, source, adapter, score, step, metrics, cluster.messages,
+                               announce=lambda rows: cluster.announce(rows, cfg.rollout.n))
+    if step < t.steps:  # the next step's prompts are read while this one computes log-probs and updates
+        cluster.messages.call(cluster.rollout.prefetch, source.peek(t.prompts_per_step))
     t_gen = time.perf_counter()
     metrics.update(_reward_metrics(generated))
     if not len(batch):
         # Every group scored alike (dynamic sampling kept none): nothing to learn from this step.
         metrics.update({"data/skipped": 1.0, "time/step_s": time.perf_counter() - t0})
+        metrics.update(_data_metrics(cluster, len(generated.group_order()), []))
         return metrics
 
     lengths = [len(r) for r in batch.responses]
     mask = torch.zeros(len(lengths), max(lengths))
     for row, n in enumerate(lengths):
         mask[row, :n] = 1.0
-    shards = _shards(t.world_size, batch.prompts, batch.responses, [[] for _ in lengths])
+    shards = _shards(t.world_size, batch.rows, batch.responses, [[] for _ in lengths])
+    if _sharing(t):  # each prompt run once under its n responses (evr1.models.shared_prefix)
+        calls = grouped_calls(shards, t.micro_batch_size)
+        for s in shards:
+            s.log_prob_calls = calls
     log_probs = cluster.each("log_probs", [(s,) for s in shards])
+    rank_waits = [part["data_wait_s"] for part in log_probs]
     old = [row for part in log_probs for row in part["old"]]
     ref = [row for part in log_probs for row in part["ref"]] if log_probs[0]["ref"] is not None else None
     t_lp = time.perf_counter()
@@ -238,8 +262,13 @@ def _one_step(cfg, cluster: _Cluster, source: PromptSource, adapter, reader, sco
     t_adv = time.perf_counter()
 
     token_adv = [advantages[row, :n].tolist() for row, n in enumerate(lengths)]
-    shards = _shards(t.world_size, batch.prompts, batch.responses, token_adv, old=old, ref=ref,
+    shards = _shards(t.world_size, batch.rows, batch.responses, token_adv, old=old, ref=ref,
                      mini_batch_size=t.mini_batch_size)
+    # HF's gradient checkpointing drops the prompt's cache under grad: that update stays unshared.
+    if _sharing(t) and not cfg.model.gradient_checkpointing:
+        calls = grouped_calls(shards, t.micro_batch_size, shards[0].mini_size)
+        for s in shards:
+            s.update_calls = calls
     lr = lr_at(step, base=t.lr, total=t.steps, warmup=t.lr_warmup_steps, schedule=t.lr_schedule,
                min_ratio=t.min_lr_ratio)
     rank_metrics = cluster.each("step", [(s, lr) for s in shards])
@@ -247,16 +276,42 @@ def _one_step(cfg, cluster: _Cluster, source: PromptSource, adapter, reader, sco
     cluster.sync_weights()
     t_sync = time.perf_counter()
 
-    tokens = sum(len(p) for p in batch.prompts) + sum(lengths)
+    tokens = sum(batch.prompt_tokens) + sum(lengths)
     metrics.update({
         "adv/mean": float(rl.masked_mean(advantages, mask)), "data/epoch": float(source.cursor.epoch),
         "time/rollout_s": t_gen - t0, "time/log_probs_s": t_lp - t_gen, "time/advantage_s": t_adv - t_lp,
         "time/update_s": t_update - t_adv, "time/sync_s": t_sync - t_update, "time/step_s": t_sync - t0,
         "perf/tokens": float(tokens), "perf/throughput": tokens / (t_sync - t0) / t.world_size,
     })
+    for key in ("data/cache_hits", "data/cache_misses", "perf/rank_vision_passes"):  # summed over ranks
+        metrics[key.replace("data/cache", "data/rank_cache")] = float(sum(m.pop(key) for m in rank_metrics))
     for key in rank_metrics[0]:
         metrics[key] = float(np.mean([m[key] for m in rank_metrics]))
+    metrics["data/rank_unreadable"] = float(sum(m["data/rank_unreadable"] for m in rank_metrics))
+    metrics["perf/rank_peak_rss_mb"] = float(max(m["perf/rank_peak_rss_mb"] for m in rank_metrics))
+    waits = [w + m["time/rank_data_wait_s"] for w, m in zip(rank_waits, rank_metrics)]
+    metrics.update(_data_metrics(cluster, len(generated.group_order()), waits))
+    metrics["perf/vision_passes_per_prompt"] = ((metrics["perf/rank_vision_passes"] + metrics.pop("perf/rollout_vision_passes"))
+                                                / max(len(generated.group_order()), 1))
     return metrics
+
+
+def _data_metrics(cluster: _Cluster, prompts: int, rank_waits: list[float]) -> dict[str, float]:
+    """What the driver sent this step and how long the workers waited for frames (the slowest rank)."""
+    sent = cluster.messages.take()
+    rollout = ray.get(cluster.rollout.data_stats.remote())
+    return {"perf/driver_bytes": float(sent["bytes"]), "perf/driver_bytes_per_prompt": sent["bytes"] / max(prompts, 1),
+            "perf/driver_array_messages": float(sent["array_calls"]),
+            "time/data_wait_s": rollout["wait_s"] + max(rank_waits, default=0.0),
+            "perf/rollout_peak_rss_mb": rollout["peak_rss_mb"],
+            "data/rollout_cache_hits": rollout["data/cache_hits"], "data/rollout_cache_misses": rollout["data/cache_misses"],
+            "perf/rollout_vision_passes": float(rollout["vision_passes"])}
+
+
+def _sharing(t) -> bool:
+    """Shared prompt prefix only where a micro-batch can hold several responses of one prompt: with
+    micro-batches of one response it would run the prompt and the response as two forwards for nothing."""
+    return t.share_prompt_prefix and t.micro_batch_size > 1
 
 
 def _rows(rows: list[list[float]], mask: torch.Tensor) -> torch.Tensor:
@@ -278,25 +333,24 @@ def _reward_metrics(r: Rollout) -> dict[str, float]:
             "response/clip_ratio": float(np.mean(r.truncated))}
 
 
-def validate(cfg: Config, cluster: _Cluster, samples: list[dict], adapter, reader, score) -> dict[str, float]:
+def validate(cfg: Config, cluster: _Cluster, samples: list[dict], adapter, score) -> dict[str, float]:
     """Greedy answers on (up to `val_limit`) held-out samples from the current rollout weights."""
     ro = cfg.rollout
-    chosen, prompts = [], []
-    for s in samples[: cfg.trainer.val_limit]:
-        try:
-            prompts.append(encode_sample(s, adapter, reader, template=ro.template, thinking=ro.thinking))
-            chosen.append(s)
-        except (MediaDecodeError, CacheMiss):
-            continue  # unreadable media: left out of validation (the cache stage lists them)
+    rows = samples[: cfg.trainer.val_limit]
+    answers = ray.get(cluster.messages.call(cluster.rollout.prepare, rows))
+    # Unreadable media: left out of validation (the cache stage lists them).
+    chosen = [(row, a["handle"]) for row, a in zip(rows, answers) if "error" not in a]
     if not chosen:
         return {}
-    outs = ray.get(cluster.rollout.generate.remote(prompts, {"n": 1, "max_new_tokens": ro.max_new_tokens,
-                                                             "temperature": 0.0, "seed": cfg.run.seed}))
-    scores, _ = score([o[0]["text"] for o in outs], [reward_sample(s) for s in chosen])
+    handles = [h for _, h in chosen]
+    outs = ray.get(cluster.messages.call(cluster.rollout.generate_prepared, handles, {
+        "n": 1, "max_new_tokens": ro.max_new_tokens, "temperature": 0.0, "seed": cfg.run.seed}))
+    cluster.messages.call(cluster.rollout.release, handles)
+    scores, _ = score([o[0]["text"] for o in outs], [reward_sample(s) for s, _ in chosen])
     return {f"val/{k}": float(np.mean([s.get(k, 0.0) for s in scores])) for k in ("overall", "accuracy", "format")}
 
 
-def _shards(world_size: int, prompts: list, responses: list[list[int]], advantages: list[list[float]], *,
+def _shards(world_size: int, rows: list[dict], responses: list[list[int]], advantages: list[list[float]], *,
             old: list[list[float]] | None = None, ref: list[list[float]] | None = None,
             mini_batch_size: int | None = None) -> list[Shard]:
     """Equal contiguous shares, one per rank: FSDP2 needs every rank to run the same number of passes.
@@ -311,25 +365,26 @@ def _shards(world_size: int, prompts: list, responses: list[list[int]], advantag
     minis = []
     if mini < per:
         for start in range(0, per, mini):
-            rows = [responses[k * per + i] for k in range(world_size) for i in range(start, min(start + mini, per))]
-            minis.append((sum(len(r) for r in rows), len(rows)))
-    return [Shard(prompts=part(prompts, k), responses=part(responses, k), advantages=part(advantages, k),
+            chosen = [responses[k * per + i] for k in range(world_size) for i in range(start, min(start + mini, per))]
+            minis.append((sum(len(r) for r in chosen), len(chosen)))
+    return [Shard(rows=part(rows, k), responses=part(responses, k), advantages=part(advantages, k),
                   global_token_count=tokens, global_sequence_count=len(responses), old_log_probs=part(old, k),
                   ref_log_probs=part(ref, k), mini_size=mini if minis else 0, mini_batches=minis)
             for k in range(world_size)]
 
 
-def _warmup(cfg: Config, cluster: _Cluster, samples: list[dict], adapter, reader, log_metrics) -> None:
+def _warmup(cfg: Config, cluster: _Cluster, samples: list[dict], adapter, log_metrics) -> None:
     """Supervised cold start on the ground-truth answers, from its own seeded order (the RL order is untouched)."""
     t, ro = cfg.trainer, cfg.rollout
     source = PromptSource(samples, seed=cfg.run.seed + 7919)
     size = t.prompts_per_step * ro.n
     eos = adapter.eos_token_ids[:1]
     for step in range(1, t.warmup_sft_steps + 1):
-        batch, prompts = draw_encoded(cfg, source, adapter, reader, size, {})
+        batch, handles, _ = draw_readable(source, cluster.rollout, size, {}, cluster.messages)
+        cluster.messages.call(cluster.rollout.release, handles)
         targets = [adapter.tokenizer.encode(f"<answer>{s['answer']}</answer>", add_special_tokens=False) + eos
                    for s in batch]
-        shards = _shards(t.world_size, prompts, targets, [[] for _ in targets])
+        shards = _shards(t.world_size, batch, targets, [[] for _ in targets])
         metrics = cluster.each("sft_step", [(s,) for s in shards])
         log_metrics({k: float(np.mean([m[k] for m in metrics])) for k in metrics[0]}, step)
 
@@ -350,18 +405,12 @@ def _save(cluster: _Cluster, out_dir: Path, step: int, source: PromptSource, his
     return final
 
 
-def _write_probe(cluster: _Cluster, samples: list[dict], adapter, reader, cfg, ckpt: Path) -> None:
+def _write_probe(cluster: _Cluster, samples: list[dict], adapter, ckpt: Path) -> None:
     """Logits of the final weights on a fixed input (the first readable sample), kept with the
-    checkpoint so merge can verify itself."""
-    ro = cfg.rollout
-    for sample in samples:
-        try:
-            prompt = encode_sample(sample, adapter, reader, template=ro.template, thinking=ro.thinking)
-            break
-        except (MediaDecodeError, CacheMiss):
-            continue
-    else:
-        return
+    checkpoint so merge can verify itself. Rows go a few at a time: the first readable one ends it."""
     response = adapter.tokenizer.encode("<answer>A</answer>", add_special_tokens=False)
-    probe = ray.get(cluster.rollout.probe_logits.remote(prompt, response))
-    torch.save(probe, ckpt / "probe.pt")
+    for start in range(0, len(samples), 8):
+        probe = ray.get(cluster.messages.call(cluster.rollout.probe_rows, samples[start:start + 8], response))
+        if probe is not None:
+            torch.save(probe, ckpt / "probe.pt")
+            return

@@ -5,6 +5,8 @@ variable-frame-rate files. Two strategies give the same frames: decode everythin
 ones (RGB conversion only for those), or seek to the keyframe before each sampled frame and decode
 forward. `strategy="auto"` picks seeking only when it decodes clearly fewer frames (short GOPs); any
 surprise while seeking (a frame that is not where the index says) falls back to decoding everything.
+Timing is checked on the way (evr1.video.timing): broken timestamps are rebuilt or rejected, and a
+display rotation in the container is applied to the frames, as FFmpeg's player and CLI do.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from PIL import Image
 from evr1.video.clip import FrameParams, VideoClip
 from evr1.video.errors import ImageDecodeError, VideoDecodeError
 from evr1.video.index import FrameIndex, build_index, plan_strategy
-from evr1.video.probe import check_file, native_fps, open_video
+from evr1.video.probe import check_file, open_video
 from evr1.video.resize import resize_video_frames
 from evr1.video.sampling import (
     frame_range,
@@ -32,6 +34,7 @@ from evr1.video.sampling import (
     smart_resize,
     video_pixel_budget,
 )
+from evr1.video.timing import Timing, check_monotonic, stream_timing
 
 __all__ = ["VideoDecodeError", "ImageDecodeError", "decode_video", "load_image", "plan_frames", "STRATEGIES"]
 
@@ -69,6 +72,7 @@ class _Layout:
     time_base: float
     index: FrameIndex | None
     header_frames: int
+    timing: Timing
 
     @property
     def seekable(self) -> bool:
@@ -103,6 +107,7 @@ def _layout(path: str) -> _Layout:
             packets = [(p.pts, p.is_keyframe, p.is_discard) for p in container.demux(stream) if p.size > 0]
         except av.FFmpegError as exc:
             raise VideoDecodeError(path, f"corrupt stream while reading packets ({exc})", kind="corrupt") from exc
+        timing = stream_timing(path, stream, [pts for pts, _, _ in packets], header_frames, duration)
         if header_frames and len(packets) < header_frames:
             raise VideoDecodeError(
                 path, f"truncated: the header lists {header_frames} frames but the file holds {len(packets)}",
@@ -110,8 +115,10 @@ def _layout(path: str) -> _Layout:
             )
         index = build_index(packets)
         total = index.total_frames if index is not None else (header_frames or len(packets))
-        fps = native_fps(stream, total, duration)
-        return _Layout(total, fps, duration or (total / fps if fps else 0.0), time_base, index, header_frames)
+        fps = timing.fps
+        if timing.rebuilt or not duration:
+            duration = total / fps if fps else 0.0
+        return _Layout(total, fps, duration, time_base, index, header_frames, timing)
 
 
 def _decoded_frames(path: str, threads: int | None, deadline: float | None, seek_pts: int | None = None
@@ -134,19 +141,25 @@ def _decoded_frames(path: str, threads: int | None, deadline: float | None, seek
 
 
 def _rgb(frame: av.VideoFrame) -> np.ndarray:
-    return frame.to_ndarray(format="rgb24")
+    """The frame as displayed: RGB, turned by the container's display rotation (a multiple of 90°;
+    positive is counter-clockwise, as FFmpeg's display matrix reads)."""
+    rgb = frame.to_ndarray(format="rgb24")
+    turns = round((frame.rotation or 0) / 90) % 4
+    return np.ascontiguousarray(np.rot90(rgb, k=turns)) if turns else rgb
 
 
 def _decode_all(path: str, wanted: set[int], threads: int | None, deadline: float | None
-                ) -> tuple[dict[int, np.ndarray], dict[int, int], int]:
-    """Decode every frame; RGB and pts of the wanted ones, and the number of frames decoded."""
+                ) -> tuple[dict[int, np.ndarray], dict[int, int], int, list[int | None]]:
+    """Decode every frame; RGB and pts of the wanted ones, the number of frames decoded and every pts."""
     kept: dict[int, np.ndarray] = {}
     pts: dict[int, int] = {}
+    every: list[int | None] = []
     count = 0
     for count, frame in enumerate(_decoded_frames(path, threads, deadline), start=1):
+        every.append(frame.pts if frame.pts is not None else frame.dts)  # dts: FFmpeg's fallback for a frame without pts
         if count - 1 in wanted:
             kept[count - 1], pts[count - 1] = _rgb(frame), frame.pts
-    return kept, pts, count
+    return kept, pts, count, every
 
 
 def _decode_seeking(path: str, wanted: list[int], index: FrameIndex, threads: int | None,
@@ -234,13 +247,15 @@ def decode_video(
             kept = None
     if kept is None:
         used = "all"
-        kept, pts, decoded = _decode_all(path, set(indices), threads, deadline)
+        kept, pts, decoded, every = _decode_all(path, set(indices), threads, deadline)
         if decoded != total:  # the container miscounted: plan again on what really decodes
             total = decoded
             indices = _plan(path, total, fps, params, start, end)
-            kept, pts, decoded = _decode_all(path, set(indices), threads, deadline)
+            kept, pts, decoded, every = _decode_all(path, set(indices), threads, deadline)
             if decoded != total:
                 raise VideoDecodeError(path, "frame count changed between two decodes", kind="corrupt")
+        if not layout.timing.rebuilt:
+            check_monotonic(path, [p * layout.time_base if p is not None else None for p in every])
 
     n = len(indices)
     min_px, max_px = video_pixel_budget(
@@ -260,18 +275,22 @@ def decode_video(
     first, last = frame_range(total, fps, start=start, end=end)
     in_range = last - first + 1
     ranged = start is not None or end is not None
+    rebuilt = layout.timing.rebuilt
+    timing = {"timing": layout.timing.note} if layout.timing.note else {}
     return VideoClip(
         frames=resize_video_frames(raw, h, w),
         fps=fps,
         frame_indices=indices,
         total_frames=in_range,
-        duration=in_range / fps if ranged else layout.duration,
+        duration=in_range / fps if ranged or rebuilt else layout.duration,
         extra={
             "sample_fps": n / in_range * fps,
             "video_backend": "pyav",
             "video_total_frames": total,
-            "pts_seconds": [pts[i] * layout.time_base if pts.get(i) is not None else i / fps for i in indices],
+            "pts_seconds": [pts[i] * layout.time_base if pts.get(i) is not None and not rebuilt else i / fps
+                            for i in indices],
             "decode_strategy": used,
+            **timing,
         },
     )
 

@@ -6,11 +6,11 @@ import os
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
-from fractions import Fraction
 
 import av
 
 from evr1.video.errors import VideoDecodeError
+from evr1.video.timing import stream_timing
 
 
 @dataclass(frozen=True)
@@ -88,31 +88,22 @@ def open_video(path: str):
         container.close()
 
 
-def _count_packets(container, stream) -> int:
-    """Frame count by demuxing (no decoding): one packet per frame for the codecs we meet."""
-    return sum(1 for packet in container.demux(stream) if packet.size > 0)
-
-
-def native_fps(stream, total_frames: int, duration: float) -> float:
-    """The stream's average frame rate (what decord and torchcodec report), else frames / duration."""
-    for rate in (stream.average_rate, stream.guessed_rate, stream.base_rate):
-        if rate and Fraction(rate) > 0:
-            return float(rate)
-    return total_frames / duration if duration > 0 else 0.0
-
-
 def probe_video(path: str | os.PathLike) -> VideoInfo:
-    """Read the container header; count packets when the header has no frame count."""
+    """Read the container header and the packets' timestamps (no decoding), with the same timing rules
+    as decoding (evr1.video.timing): a raw stream's rate comes from its bitstream, not FFmpeg's 25."""
     path = os.fspath(path)
     with open_video(path) as (container, stream):
         header_duration = float(stream.duration * stream.time_base) if stream.duration and stream.time_base else 0.0
         if not header_duration and container.duration:
             header_duration = container.duration / av.time_base
         try:
-            total = stream.frames or _count_packets(container, stream)
+            packet_pts = [packet.pts for packet in container.demux(stream) if packet.size > 0]
         except av.FFmpegError as exc:
             raise VideoDecodeError(path, f"corrupt stream while counting frames ({exc})", kind="corrupt") from exc
-        fps = native_fps(stream, total, header_duration)
-        duration = header_duration or (total / fps if fps else 0.0)
+        header_frames = int(stream.frames or 0)
+        timing = stream_timing(path, stream, packet_pts, header_frames, header_duration)
+        total = header_frames or len(packet_pts)
+        fps = timing.fps
+        duration = total / fps if fps and (timing.rebuilt or not header_duration) else header_duration
         ctx = stream.codec_context
         return VideoInfo(path, int(total), fps, duration, ctx.height, ctx.width, ctx.codec.name)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import json
+import os
 import shutil
 
 import lance
@@ -149,3 +151,65 @@ def test_progress_bar_reports_counts(root, tmp_path):
                       data_root=root, workers=0, progress=console)
     text = out.getvalue()
     assert "frame cache" in text and "5/5" in text and "4 decoded, 1 rejected" in text
+
+
+def test_a_killed_builds_stray_files_are_removed_by_the_next_build(root, tmp_path):
+    frames = str(tmp_path / "frames.lance")
+    ensure_frames(frames)
+    digest = content_hash(root / "clip.mp4")
+    row = clip_row(frame_key(digest, PARAMS), digest, "video", decode_video(root / "clip.mp4", PARAMS), PARAMS,
+                   str(root / "clip.mp4"))
+    (stray,) = write_fragment(frames, [row])  # written by a worker, never committed: the driver was killed
+    stray_file = tmp_path / "frames.lance" / "data" / stray["files"][0]["path"]
+    assert stray_file.is_file()
+    build_frame_cache(GOOD[:1], frames, PARAMS, data_root=root, workers=0, progress=False)
+    assert not stray_file.exists()
+    data_files = sorted(p.name for p in (tmp_path / "frames.lance" / "data").iterdir())
+    committed = sorted(d.path for f in lance.dataset(frames).get_fragments() for d in f.data_files())
+    assert data_files == committed and len(committed) == 1
+
+
+def test_rejects_table_holds_one_row_per_media_and_reason(root, tmp_path):
+    frames, rejects = str(tmp_path / "frames.lance"), str(tmp_path / "rejects.lance")
+    items = [("a", "empty.mp4", "video"), ("b", "empty.mp4", "video"), ("c", "one.mp4", "video")]
+    for _ in range(3):  # cache, train and eval each build again
+        build_frame_cache(items, frames, PARAMS, data_root=root, workers=0, rejects_uri=rejects, progress=False)
+    table = sorted(lance.dataset(rejects).to_table().to_pylist(), key=lambda r: r["record_id"])
+    assert [(r["record_id"], r["path"].rsplit("/", 1)[1]) for r in table] == [("a, b", "empty.mp4"),
+                                                                              ("c", "one.mp4")]
+
+
+def test_media_are_hashed_once_per_run_folder_and_within_the_timeout(root, tmp_path):
+    from evr1.cache import keys
+
+    frames = str(tmp_path / "lance" / "frames.lance")
+    build_frame_cache(GOOD[:1], frames, PARAMS, data_root=root, workers=0, progress=False)
+    index_file = tmp_path / "lance" / keys.INDEX_NAME
+    (entry,) = [json.loads(line) for line in index_file.read_text().splitlines()]
+    assert entry["sha256"] == content_hash(root / "clip.mp4") and entry["path"] == str(root / "clip.mp4")
+    # Same size and mtime, other bytes: a new process (empty memo) trusts the index and reads nothing.
+    clip = root / "clip.mp4"
+    st = clip.stat()
+    data = bytearray(clip.read_bytes())
+    data[-1] ^= 0xFF
+    clip.write_bytes(bytes(data))
+    os.utime(clip, ns=(st.st_atime_ns, st.st_mtime_ns))
+    keys._memo.clear()
+    keys._indexes.clear()
+    assert keys.content_hash(clip, index=keys.hash_index_for(frames)) == entry["sha256"]
+    # Hashing a big file stops at the decode timeout and becomes a timeout reject.
+    big = root / "big.mp4"
+    with open(big, "wb") as f:
+        f.truncate(64 << 20)
+    report = build_frame_cache([("r-big", "big.mp4", "video")], frames, PARAMS, data_root=root, workers=0,
+                               timeout_s=1e-6, progress=False)
+    (reject,) = report.rejects
+    assert reject["kind"] == "timeout" and "hashing took longer than" in reject["reason"]
+
+
+def test_a_folder_or_fifo_is_not_a_regular_file(root, tmp_path):
+    (root / "folder.mp4").mkdir()
+    os.mkfifo(root / "pipe.mp4")
+    report = build_frame_cache([("d", "folder.mp4", "video"), ("f", "pipe.mp4", "video")], str(tmp_path / "f.lance"),
+                               PARAMS, data_root=root, workers=0, progress=False)
+    assert [(r["kind"], "not a regular file" in r["reason"]) for r in report.rejects] == [("not_a_file", True)] * 2

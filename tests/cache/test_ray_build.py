@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import tempfile
 
 import numpy as np
 import pytest
 
 from evr1.cache import build_frame_cache, content_hash, frame_key
 from evr1.cache.store import read_clip
+from evr1.local_ray import start_local
 from evr1.video import FrameParams
 
 ray = pytest.importorskip("ray")
@@ -25,8 +25,8 @@ def local_ray():
     if started:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 << 20, logging_level="WARNING",
-                 _temp_dir=tempfile.mkdtemp(prefix="ray", dir="/tmp"))
+        # As evr1 starts one: tied to this process (no orphans, no /tmp/ray-* left), no fork warning.
+        start_local(num_cpus=2, include_dashboard=False, object_store_memory=256 << 20, logging_level="WARNING")
     yield
     if started:
         ray.shutdown()

@@ -106,3 +106,65 @@ def test_tiny_deployment_runs_on_a_server_and_process_worker(tmp_path):
         if worker is not None:
             _stop(worker, signal.SIGTERM)
         _stop(server, signal.SIGINT)
+
+
+def _deployments() -> list[dict]:
+    import yaml
+
+    return yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]
+
+
+def test_every_deployments_config_loads_and_gpu_ones_route_engines_to_ray():
+    """Each deployment's config loads as shipped (no hub id in model.path); those on the `gpu` pool ask
+    for vLLM on CUDA through a Ray cluster address, never in the flow's own process."""
+    from evr1.config import load_config
+
+    for d in _deployments():
+        cfg = load_config(ROOT / d["parameters"]["config"], d["parameters"].get("overrides") or [])
+        if d["work_pool"]["name"] == "gpu":
+            assert cfg.rollout.engine == "vllm" and cfg.trainer.device == "cuda", d["name"]
+            assert cfg.orchestration.ray_address, f"{d['name']}: set orchestration.ray_address"
+            assert cfg.model.path and cfg.model.path.startswith("/"), d["name"]
+
+
+def test_a_hub_id_in_model_path_is_refused_at_config_time(tmp_path, monkeypatch):
+    from evr1.config import load_config
+
+    with pytest.raises(ValueError, match="hub id.*hf download Qwen/Qwen3-VL-8B-Instruct"):
+        load_config(ROOT / "conf" / "nightly.yaml", ["model.path=Qwen/Qwen3-VL-8B-Instruct"])
+    (tmp_path / "Qwen" / "Qwen3-VL-8B-Instruct").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)  # the same spelling names a folder here: accepted as one
+    assert load_config(ROOT / "conf" / "nightly.yaml", ["model.path=Qwen/Qwen3-VL-8B-Instruct"]).model.path
+
+
+@pytest.mark.e2e
+def test_deploy_all_succeeds_on_a_fresh_server_once_its_pools_exist(tmp_path):
+    """The README's steps on a fresh server: create the pools prefect.yaml names, `deploy --all`; every
+    deployment is then registered on its pool with its schedule."""
+    port = _free_port()
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "EVR1_HOME": str(ROOT),
+           "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
+    prefect = str(BIN / "prefect")
+    server = subprocess.Popen([prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)], env=env,
+                              cwd=ROOT, stdout=(tmp_path / "server.log").open("w"), stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    try:
+        _wait_healthy(f"http://127.0.0.1:{port}/api/health", server)
+        run = lambda *args: subprocess.run([prefect, *args], env=env, cwd=ROOT, capture_output=True, text=True,
+                                           timeout=300)
+        deployments = _deployments()
+        for pool in sorted({d["work_pool"]["name"] for d in deployments}):
+            created = run("work-pool", "create", pool, "--type", "process")
+            assert created.returncode == 0, created.stdout + created.stderr
+        deployed = run("--no-prompt", "deploy", "--all")
+        assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-3000:]
+        for d in deployments:
+            flow = d["entrypoint"].rsplit(":", 1)[1].replace("_", "-")
+            inspected = run("deployment", "inspect", f"{flow}/{d['name']}")
+            assert inspected.returncode == 0, inspected.stdout + inspected.stderr
+            assert f"'work_pool_name': '{d['work_pool']['name']}'" in inspected.stdout, inspected.stdout
+            for schedule in d.get("schedules") or []:
+                assert schedule["cron"] in inspected.stdout, inspected.stdout
+    finally:
+        _stop(server, signal.SIGINT)

@@ -137,7 +137,8 @@ def test_train_and_eval_flow_end_to_end(tmp_path, prefect_harness, monkeypatch):
         this_run = ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])
         arts = prefect.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=this_run))
     by_key = {a.key: a for a in arts if a.key}  # (Prefect adds unkeyed result artifacts too)
-    assert set(by_key) == {"eval-heldout", "eval-suite", "ingest-report"}
+    assert set(by_key) == {"eval-heldout", "eval-suite", "ingest-report", "run-summary", "progress-cache",
+                           "progress-warm-up", "progress-train", "progress-merge", "progress-eval"}
     table = by_key["eval-heldout"].data
     table = json.loads(table) if isinstance(table, str) else table
     assert table[0]["part"] == "accuracy" and table[-1]["value"] == "4/4 scored, 0 failed"

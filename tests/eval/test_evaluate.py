@@ -116,3 +116,61 @@ def test_open_ended_items_wait_for_the_judge_and_the_judge_pass_decides_them(tmp
     on = evaluate(cfg, bench, items, model_dir=model_dir, frames_uri=None, out_dir=tmp_path / "on", engine=Free())
     assert "judge/awaiting" not in on.parts  # every open-ended item has a verdict now
     assert on.parts["judge/judged"] == 3.0 and on.scored == 3
+
+
+def test_a_suite_runs_through_one_engine_with_the_per_benchmark_results(tmp_path, model_dir, monkeypatch):
+    """Three benchmarks (text, video multiple-choice, video open-ended) on the in-process HF engine:
+    `evaluate_suite` builds one engine where per-benchmark runs build three, and every item's output
+    and score are the same. Batch size 1, so each item is generated alone in both runs."""
+    from tests.synthetic_benchmark import videomme_on_synthetic
+
+    import evr1.eval.evaluate as ev
+
+    built: list[str] = []
+    real = ev.make_engine
+
+    def counting(name, **kwargs):  # the real engine, counted
+        built.append(name)
+        return real(name, **kwargs)
+
+    monkeypatch.setattr(ev, "make_engine", counting)
+    ann, data = videomme_on_synthetic(tmp_path, 3)
+    records = json.loads(ann.read_text())
+    mc, free = get_benchmark("videomme"), get_benchmark("videoreasonbench")
+    open_ended = [{**r, "problem_type": "open-ended", "options": [], "solution": "<answer>a red circle</answer>"}
+                  for r in records]
+    suite = [(get_benchmark("heldout"), ITEMS, None), (mc, [mc.item(r, i) for i, r in enumerate(records)], None),
+             (free, [free.item(r, i) for i, r in enumerate(open_ended)], None)]
+    settings = {"batch_size": 1, "max_new_tokens": 6, "video_roots": {"videoreasonbench": str(data / "Video-MME")},
+                "data_dir": str(data)}
+    cfg = config(tmp_path, trainer={"device": "cpu"}, eval=settings)
+
+    together = ev.evaluate_suite(cfg, suite, model_dir=model_dir, out_dir=tmp_path / "suite")
+    assert built == ["hf"]
+    apart = {bench.name: ev.evaluate(cfg, bench, items, model_dir=model_dir, frames_uri=f, out_dir=tmp_path / "apart")
+             for bench, items, f in suite}
+    assert len(built) == 1 + len(suite)
+
+    def rows(folder):
+        lines = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
+        return {r["id"]: (r["output"], r["score"]) for r in lines}
+
+    for bench, items, _ in suite:
+        assert together[bench.name].items == len(items) and together[bench.name].failed == 0
+        assert rows(tmp_path / "suite" / bench.name) == rows(tmp_path / "apart" / bench.name)
+        assert together[bench.name].score == apart[bench.name].score
+        for name in ("summary.json", "table.md"):
+            assert (tmp_path / "suite" / bench.name / name).exists()
+
+    # Two data-parallel replicas (eval.engines=2, an EnginePool) fed from the same queue: the same results.
+    del built[:]
+    ev.evaluate_suite(config(tmp_path, trainer={"device": "cpu"}, eval={**settings, "engines": 2}), suite,
+                      model_dir=model_dir, out_dir=tmp_path / "pooled")
+    assert built == ["hf", "hf"]
+    assert all(rows(tmp_path / "pooled" / b.name) == rows(tmp_path / "suite" / b.name) for b, _, _ in suite)
+
+    # Resumption is per benchmark, by item id: a second suite run generates nothing new.
+    again = ev.evaluate_suite(cfg, suite, model_dir=model_dir, out_dir=tmp_path / "suite")
+    assert {n: s.score for n, s in again.items()} == {n: s.score for n, s in together.items()}
+    assert all(len((tmp_path / "suite" / b.name / "results.jsonl").read_text().splitlines()) == len(i)
+               for b, i, _ in suite)

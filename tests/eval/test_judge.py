@@ -234,3 +234,44 @@ def test_tiny_hf_model_as_judge(tmp_path, judge_dir, kind):
         assert rec["judged"] is True and isinstance(rec["judge_output"], str) and rec["score"] in (0.0, 1.0)
         assert (rec["score"] == 1.0) == (parse_verdict(rec["judge_output"]) == 1)
         assert ("judge_error" in rec) == (parse_verdict(rec["judge_output"]) is None)
+
+
+def test_undecided_answers_of_the_official_rule_stage_go_to_the_judge(tmp_path):
+    """Video-MME's rule stage cannot read a tagged answer: the result is `undecided`, the judge decides
+    it (shown the right letter with its option text), and the official report counts both."""
+    from evr1.eval import get_benchmark
+
+    bench = get_benchmark("videomme")
+    item = bench.item({"problem_id": 1, "problem": "What is red?", "problem_type": "multiple choice",
+                       "options": ["A. a tree", "B. the sky", "C. grass", "D. a red car"],
+                       "solution": "<answer>D</answer>", "path": "v.mp4"})
+    plain_letter = {**item, "id": "2"}
+    store = ResultStore(tmp_path / "results.jsonl")
+    for it, output in ((item, "<think>the car</think><answer>D</answer>"), (plain_letter, "D")):
+        store.append({"id": it["id"], "output": output, **bench.score_item(output, it)})
+    first = store.results[item["id"]]
+    assert (first["score"], first["pred"], first["undecided"], first["needs_judge"]) == (0.0, "", True, True)
+    assert "undecided" not in store.results["2"] and store.results["2"]["score"] == 1.0
+    items = [item, plain_letter]
+    before = bench.report([(i, store.results[i["id"]]) for i in items])
+    assert before.value == 0.5 and (before.parts["undecided"], before.parts["undecided/judged"]) == (1.0, 0.0)
+
+    judge = Judge(ScriptedJudge({"<answer>D</answer>": "Judgement: 1"}), plain)
+    counts = judge_results(items, store, judge, bench.needs_judge)  # MC items: needs_judge is never true
+    assert (counts.pending, counts.judged, counts.correct) == (1, 1, 1)
+    assert judge.engine.calls == [["<answer>D</answer>"]]
+    assert "Ground Truth: D. a red car\n" in judge.prompt_text(item, store.results[item["id"]])
+    after = bench.report([(i, store.results[i["id"]]) for i in items])
+    assert after.value == 1.0 and (after.parts["undecided"], after.parts["undecided/judged"]) == (1.0, 1.0)
+
+
+def test_reports_show_the_undecided_count_beside_the_score():
+    from evr1.eval.report import suite_table, summary_table
+    from evr1.eval.runner import EvalSummary
+
+    s = EvalSummary(benchmark="videomme", items=4, scored=4, failed=0, score=0.5,
+                    parts={"undecided": 2.0, "undecided/judged": 1.0, "judge/awaiting": 1.0})
+    assert "(4/4 scored, 0 failed, 2 undecided (1 judged);" in summary_table(s)
+    assert "| undecided (count) | 2 |" in summary_table(s)
+    table = suite_table([s])
+    assert "| undecided |" in table.splitlines()[0] and table.splitlines()[2].endswith("| 2 (1 judged) |")

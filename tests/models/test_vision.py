@@ -100,3 +100,28 @@ def test_qwen3_timestamps_match_hf_processor(indices, fps, expected):
     theirs = Qwen3VLProcessor._calculate_timestamps(None, list(indices), fps, 2)
     assert ours == theirs
     assert [format_timestamp(t) for t in ours] == expected
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_deferred_media_prepared_on_the_device_equal_the_processor_path(adapters, family):
+    """uint8 media prepared by `ModelBatch.to` (the trainer's path) give bit-identical float32 patches to
+    the eager processor path, and in bf16 exactly the eager patches' bf16 rounding (relative error ≤ 2⁻⁸)."""
+    ad = adapters[family]
+    clips = [make_clip(ad.video.factor, t=3, seed=1), make_clip(ad.video.factor, t=4, seed=2)]
+    image = np.random.default_rng(3).integers(0, 256, (70, 90, 3), dtype=np.uint8)
+    args = [("<video> and <image>", {"videos": clips[:1], "images": [image]}), ("<video>", {"videos": clips[1:]})]
+    eager = ad.collate([ad.encode_prompt(p, **kw) for p, kw in args], [[1, 2], [3]])
+    lazy_prompts = [ad.encode_prompt(p, defer_media=True, **kw) for p, kw in args]
+    assert all("pixel_values_videos" not in p.mm and "pixel_values" not in p.mm for p in lazy_prompts)
+    lazy = ad.collate(lazy_prompts, [[1, 2], [3]])
+    with pytest.raises(ValueError, match="call .to"):
+        lazy.model_inputs()
+    want, got = eager.to("cpu").model_inputs(), lazy.to("cpu").model_inputs()
+    assert want.keys() == got.keys()
+    for key in want:
+        assert want[key].dtype == got[key].dtype and torch.equal(want[key], got[key]), key
+    half = lazy.to("cpu", dtype=torch.bfloat16).model_inputs()
+    for key in ("pixel_values", "pixel_values_videos"):
+        assert half[key].dtype == torch.bfloat16
+        assert torch.equal(half[key], want[key].to(torch.bfloat16))
+        assert torch.allclose(half[key].float(), want[key], rtol=2**-8, atol=0)

@@ -148,3 +148,32 @@ def test_template_is_sandboxed():
     with pytest.raises(PromptError):
         render(MC, template="{{ options.append('x') }}")  # immutable sandbox: no mutation
     assert MC["options"] == ["A. Red", "B. Blue"]
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        # Issue 15: two nested range(100000) loops never returned; now the step budget stops them.
+        ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}{{ problem }}", "steps"),
+        ("{{ ('x' * 10**9)|length }}", "over 1,000,000"),  # refused before the 1 GB string exists
+        ("{{ 'x'.ljust(10**9) }}", "capped"),
+        ("{{ 'x'|center(1000000000) }}", "capped"),
+        ("{{ 2**100000 }}", "bits"),
+        ("{% for i in range(100000) %}{{ 'y' * 100 }}{% endfor %}", "over 1,000,000"),  # streamed output cap
+        ("{{ range(10**6)|list|length }}", "over 100,000"),
+    ],
+)
+def test_templates_that_hang_or_exhaust_memory_are_refused_promptly(template, message):
+    with pytest.raises(PromptError, match=message) as e:
+        render(MC, template=template)
+    assert "record 'mc-1': template refused" in str(e.value)
+
+
+def test_rendering_in_a_thread_is_capped_too():
+    # No SIGALRM outside the main thread: the step budget and deadline alone stop the loop.
+    from concurrent.futures import ThreadPoolExecutor
+
+    loop = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    with ThreadPoolExecutor(1) as pool:
+        with pytest.raises(PromptError, match="steps"):
+            pool.submit(render, MC, template=loop).result(timeout=60)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from evr1.rewards.sandbox import run_python_tests
-
 from .conftest import sample, tagged
 
 ADD = "def add(a, b):\n    return a + b\n"
@@ -18,32 +16,6 @@ def test_pass_fraction_of_tests(score):
     result = score(tagged(f"```python\n{ADD}```"), sample("code", ADD, tests=TESTS))
     assert result["accuracy"] == pytest.approx(2 / 3)
     assert result["format"] == 1.0
-
-
-def test_sandbox_blocks_network_processes_and_forged_output():
-    code = (
-        "import socket, subprocess, os\n"
-        "print('pass 0')\n"  # forging the harness's report does not count: it lacks the nonce
-        "def blocked(kind):\n"
-        "    try:\n"
-        "        if kind == 'socket': socket.socket()\n"
-        "        elif kind == 'process': subprocess.run(['true'])\n"
-        "        elif kind == 'fork': os.fork()\n"
-        "    except PermissionError:\n"
-        "        return True\n"
-        "    return False\n"
-        "open('inside.txt', 'w').write('ok')\n"  # the temporary cwd is writable
-    )
-    tests = [
-        "assert blocked('socket')",
-        "assert blocked('process')",
-        "assert blocked('fork')",
-        "assert open('inside.txt').read() == 'ok'",
-        "assert os.getcwd().rsplit('/', 1)[-1].startswith('evr1-sandbox-')",
-        "assert 'HOME' in os.environ and len(os.environ) <= 5",
-    ]
-    run = run_python_tests(code, tests, timeout=20)
-    assert (run.passed, run.total, run.timed_out) == (6, 6, False)
 
 
 def test_hanging_code_times_out(score):

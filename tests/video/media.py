@@ -6,6 +6,7 @@ background grey level is 8·index (mod 256), so a test can read back which nativ
 
 from __future__ import annotations
 
+import struct
 from fractions import Fraction
 from pathlib import Path
 
@@ -120,3 +121,76 @@ def write_faststart_truncated(dst: Path, n_frames: int = 32) -> Path:
         for packet in stream.encode():
             out.mux(packet)
     return write_truncated(full, dst)
+
+
+# --- a timing corpus: files whose clocks lie (issue 16) ------------------------------------------
+
+
+def _mp4_box(data: bytes | bytearray, name: bytes) -> int:
+    """Offset of a box's type field (the 4 bytes after its size); the test files hold one track."""
+    at = data.find(name)
+    assert at > 0, f"no {name!r} box"
+    return at
+
+
+def write_zero_durations(src: Path, dst: Path) -> Path:
+    """A copy of an MP4 whose sample durations (the stts deltas) are all zero: every frame gets pts 0."""
+    data = bytearray(src.read_bytes())
+    at = _mp4_box(data, b"stts")
+    for k in range(struct.unpack_from(">I", data, at + 8)[0]):
+        struct.pack_into(">I", data, at + 16 + 8 * k, 0)
+    dst.write_bytes(bytes(data))
+    return dst
+
+
+def write_zero_timescale(src: Path, dst: Path) -> Path:
+    """A copy of an MP4 whose media header (mdhd) timescale is 0."""
+    data = bytearray(src.read_bytes())
+    at = _mp4_box(data, b"mdhd")
+    struct.pack_into(">I", data, at + 4 + 4 + (16 if data[at + 4] == 1 else 8), 0)
+    dst.write_bytes(bytes(data))
+    return dst
+
+
+def _encode(out, codec: str, fps: int, n_frames: int, height: int, width: int, pix_fmt: str = "yuv420p",
+            rotation: int = 0, pts_order: list[int] | None = None) -> None:
+    stream = out.add_stream(codec, rate=fps)
+    stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
+    stream.options = {"crf": "1", "bf": "0"} if codec == "libx264" else {}
+    stream.codec_context.time_base = Fraction(1, fps)
+    if rotation:
+        stream.set_display_rotation(rotation)
+    packets = []
+    for i in range(n_frames):
+        frame = av.VideoFrame.from_ndarray(frame_pattern(i, height, width), format="rgb24")
+        frame.pts, frame.time_base = i, Fraction(1, fps)
+        packets += stream.encode(frame)
+    packets += stream.encode()
+    for k, packet in enumerate(packets):
+        if pts_order is not None:  # decode order kept, presentation times permuted (dts <= pts)
+            packet.pts, packet.dts, packet.time_base = pts_order[k] + 4, k, Fraction(1, fps)
+        out.mux(packet)
+
+
+def write_raw_stream(path: Path, codec: str = "libx264", fmt: str = "h264", *, fps: int = 8, n_frames: int = 16,
+                     height: int = 48, width: int = 64, pix_fmt: str = "yuv420p") -> Path:
+    """A raw elementary stream (no container timestamps): FFmpeg's demuxer assumes 25 fps."""
+    with av.open(str(path), mode="w", format=fmt) as out:
+        _encode(out, codec, fps, n_frames, height, width, pix_fmt)
+    return path
+
+
+def write_rotated(path: Path, rotation: int = 90, *, fps: int = 8, n_frames: int = 16, height: int = 48,
+                  width: int = 64) -> Path:
+    """An MP4 with a display matrix rotating the picture `rotation` degrees counter-clockwise."""
+    with av.open(str(path), mode="w") as out:
+        _encode(out, "libx264", fps, n_frames, height, width, rotation=rotation)
+    return path
+
+
+def write_backwards(path: Path, *, fps: int = 8) -> Path:
+    """A Matroska file whose presentation times jump back: frames 8-11 are timed after 12-15."""
+    order = [0, 1, 2, 3, 4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11]
+    with av.open(str(path), mode="w") as out:
+        _encode(out, "libx264", fps, len(order), 48, 64, pts_order=order)
+    return path

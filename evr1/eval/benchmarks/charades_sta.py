@@ -4,7 +4,7 @@ Official protocol (lmms-eval `temporal_grounding_charades`, its `eval_tvg.py`): 
 span read from free text by `extract_time`; IoU with the ground truth; mIoU (the headline Qwen3-VL
 reports) and R@{0.3, 0.5, 0.7} = share of queries with IoU ≥ m. EasyVideoR1's JSON form
 `{"time": [s, e]}` (in `<answer>` or bare) is accepted too, so its prompt's answers are read as well.
-An unreadable answer has IoU 0 (the official script substitutes [gt_end+10, gt_end+20], also IoU 0).
+An unreadable answer has IoU 0 and is `undecided` (lmms-eval counts it as a bad prediction, IoU 0).
 The shared file keeps the ground truth in a `<think>{"time": …}</think>` block followed by a stray
 placeholder token; `evr1.eval.items` reads it from there.
 
@@ -25,6 +25,7 @@ from evr1.eval.extractors.grounding import predicted_span, span_of, temporal_iou
 from evr1.eval.formats import read_table
 from evr1.eval.metrics import grounding
 from evr1.eval.prompting import finish, question
+from evr1.eval.scoring import undecided
 
 PRE = ("Please find the visual event described by a sentence in the video, determining its starting and ending times. "
        "The format should be: 'The event happens in the start time - end time'. For example, The event 'person turn a "
@@ -51,7 +52,7 @@ def prompt(item: Mapping[str, Any], ctx: PromptContext) -> str:
 def score(output: str, item: Mapping[str, Any]) -> dict[str, Any]:
     pred = predicted_span(output)
     iou = temporal_iou(pred, gt_span(item))
-    return {"score": iou, "iou": iou, "pred": list(pred) if pred else None}
+    return {"score": iou, "iou": iou, "pred": list(pred) if pred else None, **undecided(pred is None, judge=False)}
 
 
 def oracle(item: Mapping[str, Any]) -> str:
@@ -83,8 +84,7 @@ CHARADES_STA = register_benchmark(Benchmark(
     prompt=prompt, score=score, aggregate=grounding(), official_format=official_format, expected_items=3720,
     group_key=lambda item: "all", reference="charades_sta", oracle=oracle,
     deviations=(
-        "EasyVideoR1's JSON answer {\"time\": [s, e]} is read before lmms-eval's free-text extract_time.",
-        "A reversed span is swapped (lmms-eval does so for text; EasyVideoR1 scores a reversed JSON span 0).",
-        "A zero-length union gives IoU 0 instead of a division by zero.",
+        "EasyVideoR1's JSON answer is read before lmms-eval's free-text extract_time: '{\"time\": [24.3, 30.4]}' → "
+        "(24.3, 30.4), official nothing (IoU 0); a reversed JSON span is swapped like a text one.",
     ),
 ))

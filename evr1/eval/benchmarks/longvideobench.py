@@ -2,8 +2,9 @@
 
 Official protocol (longvideobench/LongVideoBench, lmms-eval `longvideobench_val_v`, VLMEvalKit):
 "{question}\nA. …\nB. …\nAnswer with the option's letter from the given choices directly.\n";
-extraction the classic regex L2 over the item's letters (`evr1.eval.extractors.lmms.classic`); the
-paper picks a random letter when parsing fails. Accuracy, by duration group and question category
+extraction lmms-eval's `parse_multi_choice_response` (the classic regex L2 with LongVideoBench's
+own prefix list, letters A–E whatever the item's option count: `evr1.eval.extractors.lmms.classic`);
+the paper and lmms-eval pick a random letter when parsing fails. Accuracy, by duration group and question category
 where the item has them. The interleaved-subtitle setting (`_val_i`) puts the subtitles first here.
 
 Official release read by `official_format`: `lvb_val.json`, a list of {"id", "video_id", "video_path"
@@ -19,13 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from evr1.eval.benchmark import Benchmark, PromptContext, register_benchmark
-from evr1.eval.extractors.lmms import classic
+from evr1.eval.extractors.lmms import LVB_PREFIXES, classic
 from evr1.eval.formats import read_table
 from evr1.eval.items import LETTERS
 from evr1.eval.metrics import accuracy
 from evr1.eval.prompting import finish, options_block, question
 from evr1.eval.scoring import multiple_choice
 from evr1.eval.subtitles import json_text
+
+
+PREFIXES = (*LVB_PREFIXES, "Answer:")  # the source's list (commas intact) + "Answer:" (a deviation)
 
 
 def prompt(item: Mapping[str, Any], ctx: PromptContext) -> str:
@@ -52,10 +56,11 @@ def subtitles(item: Mapping[str, Any], root: Path) -> str | None:
 
 LONGVIDEOBENCH = register_benchmark(Benchmark(
     name="longvideobench", title="LongVideoBench (val)", files=("longvideobench.json",), video_root="LongVideoBench",
-    prompt=prompt, score=multiple_choice(lambda text, item: classic(text, item["letters"])),
+    prompt=prompt, score=multiple_choice(lambda text, item: classic(text, "ABCDE", prefixes=PREFIXES)),
     aggregate=accuracy("duration_group", "question_category"), official_format=official_format, expected_items=1337,
     subtitles=subtitles, reference="longvideobench",
-    deviations=("No random letter when the answer cannot be parsed: it is wrong, so scores are reproducible.",
-                "L2's answer prefixes are complete ('Best option:', 'Answer:' are removed; the source's missing "
-                "commas kept two pairs from ever matching)."),
+    deviations=("No random letter when the answer cannot be parsed: it is `undecided` (wrong, or judged when the "
+                "judge is on), so scores are reproducible: 'no idea' → official random A–E, here ''.",
+                "'Answer:' is removed with the source's prefixes (its list lacks it): 'Answer: C' → C, official A "
+                "(the A of 'Answer')."),
 ))

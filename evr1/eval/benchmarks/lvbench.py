@@ -1,8 +1,9 @@
 """LVBench (EasyVideoR1's file: 1492 MC items, 4 options, 99 videos), accuracy.
 
 Official protocol as run by lmms-eval (`lvbench`): "{question}\n(A) …\n(B) …\nAnswer the question with
-the option letter."; extraction lmms-eval's L1 (`evr1.eval.extractors.lmms.mcq_extract`) over the
-item's letters; accuracy, with breakdowns by video type and question type where the item has them.
+the option letter."; extraction lmms-eval's L1 (`evr1.eval.extractors.lmms.mcq_extract`) over
+A–D, as lmms-eval passes them; accuracy, with breakdowns by video type and question type where the
+item has them.
 
 Official release read by `official_format`: `video_info.meta.jsonl` (zai-org/LVBench), one line per
 video: {"key" (video id), "type" (video category), "qa": [{"uid", "question" (the stem, then one line
@@ -73,8 +74,8 @@ def official_format(path: Path) -> list[dict]:
 
 LVBENCH = register_benchmark(Benchmark(
     name="lvbench", title="LVBench", files=("lvbench.json",), video_root="LVBench", prompt=prompt,
-    score=multiple_choice(lambda text, item: mcq_extract(text, item["letters"])),
+    score=multiple_choice(lambda text, item: mcq_extract(text, "ABCD")),
     aggregate=accuracy("video_type", "question_type"), official_format=official_format, expected_items=1492,
     reference="lvbench",
-    deviations=("L1 reads the item's own letters (A–D here, as lmms-eval).",),
+    deviations=(),  # L1 with A–D exactly as lmms-eval runs it; an empty read is `undecided` (wrong there too)
 ))

@@ -2,7 +2,7 @@
 
 Official protocol as run by lmms-eval (`minerva`): "{question}\nA. …\n…E. …" + "\nAnswer with the
 option's letter from the given choices directly."; extraction `evr1.eval.extractors.minerva.extract`
-(last "answer is X", else the last capital choice letter); a random letter on failure there.
+(the last "answer is X" in any letter case, else the last capital A–E); a random letter on failure there.
 
 Official release read by `official_format`: `minerva.json` (google-deepmind/neptune), a list of
 {"key", "video_id", "question", "answer_choice_0" … "answer_choice_4", "answer_id" (index), "answer",
@@ -42,7 +42,8 @@ def official_format(path: Path) -> list[dict]:
 
 MINERVA = register_benchmark(Benchmark(
     name="minerva", title="MINERVA", files=("minerva.json",), video_root="Minderva", prompt=prompt,
-    score=multiple_choice(lambda text, item: extract(text, item["letters"])), aggregate=accuracy("question_type"),
+    score=multiple_choice(lambda text, item: extract(text)), aggregate=accuracy("question_type"),
     official_format=official_format, expected_items=1431, reference="minerva",
-    deviations=("No random letter when the answer cannot be read: it is wrong.",),
+    deviations=("No random letter when the answer cannot be read: it is `undecided` (wrong, or judged when the judge "
+                "is on): 'I am not sure' → official random A–E, here ''.",),
 ))

@@ -108,8 +108,8 @@ def _define(name: str, n: int, aliases: tuple[str, ...] = ()) -> Benchmark:
         score=multiple_choice(lambda text, item: mcq_extract(text, item["letters"])),
         aggregate=with_fields(macro("task_type"), task_type=of), official_format=official_format, expected_items=n,
         group_key=of, aliases=aliases, reference=name, extra={"task_types": TYPES[name]},
-        deviations=("L1 reads the item's own letters (A–F on the test split); lmms-eval passes A–D, so 'E' and "
-                    "'(F) …' were unreadable.",
+        deviations=("L1 reads the item's own letters (A–F on the test split); lmms-eval passes A–D, so a right "
+                    "answer 'E' read '' there and '(F) the car' read '' too; here E and F.",
                     "No assistant prefill and no judge fallback: an unreadable answer is wrong.",
                     "Headline is M-Avg (EasyVideoR1 reports micro accuracy, kept as the part micro_accuracy)."),
     ))

@@ -33,6 +33,7 @@ from evr1.eval.formats import read_table
 from evr1.eval.items import ItemError
 from evr1.eval.metrics import macro
 from evr1.eval.prompting import finish, options_block, question
+from evr1.eval.scoring import undecided
 
 FORMATS = ("multi-choice", "yes_no", "caption_matching")
 _ALIASES = {"multi-choice": "multi-choice", "multi_choice": "multi-choice", "multiple choice": "multi-choice",
@@ -77,7 +78,7 @@ def score(output: str, item: Mapping[str, Any]) -> dict[str, Any]:
     fmt = task_format(item)
     pred = RULES[fmt](output, item)
     gt = _yes_no_gt(item) if fmt == "yes_no" else item["gt"]
-    return {"score": 1.0 if pred and pred == gt else 0.0, "pred": pred}
+    return {"score": 1.0 if pred and pred == gt else 0.0, "pred": pred, **undecided(not pred)}
 
 
 def oracle(item: Mapping[str, Any]) -> str:
@@ -143,7 +144,8 @@ TEMPCOMPASS = register_benchmark(Benchmark(
                           tc_format=task_format, dimension=dimension,
                           format_dimension=lambda i: f"{task_format(i)}:{dimension(i)}"),
     group_key=task_format, reference="tempcompass",
-    deviations=("No ChatGPT judge after the rules: an answer the rules cannot read is wrong.",
+    deviations=("No ChatGPT judge after the rules: an answer the rules cannot read is `undecided`, judged by the "
+                "configured LLM judge when eval.judge.enabled, else wrong.",
                 "The captioning format (judge-scored) is not loaded.",
                 "EasyVideoR1's tempcompass.json is absent upstream; the schema read for it is our assumption."),
 ))

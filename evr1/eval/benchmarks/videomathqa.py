@@ -82,11 +82,13 @@ def aggregate(pairs) -> Report:
 
 VIDEOMATHQA = register_benchmark(Benchmark(
     name="videomathqa", title="VideoMathQA", files=("videomathqa.jsonl",), video_root="VideoMathQA", prompt=prompt,
-    score=multiple_choice(lambda text, item: classic(text, item["letters"])), aggregate=aggregate,
+    score=multiple_choice(lambda text, item: classic(text, "ABCDE")), aggregate=aggregate,
     official_format=official_format, expected_items=2100, id_fields=("problem_id", "mbinary_id"),
     group_key=lambda item: "binary" if is_binary(item) else "mcq", subtitles=subtitles, reference="videomathqa",
     deviations=(
-        "The classic regex's prefix list is fixed (missing commas; 'Answer:' added): 'Answer: C' reads C, not A.",
+        "The classic regex's prefix list is fixed: its two missing commas (adjacent literals concatenate, so "
+        "'Best option:(D)' reads B of 'Best', here D) and 'Answer:', 'Option:', 'Final Answer:' added ('Answer: C' "
+        "reads A of 'Answer', here C).",
         "Headline MBin over the 420 questions (MCQ accuracy reported beside it); EasyVideoR1's micro accuracy over "
         "2100 items is a part, not the headline.",
         "Subtitles, when used, are the whole .srt file, not only the lines at lmms-eval's sampled frames.",

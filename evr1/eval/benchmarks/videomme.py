@@ -1,7 +1,8 @@
 """Video-MME (2700 MC items, 900 each short / medium / long), with optional subtitles.
 
 Official protocol (QwenLM/Qwen3-VL `evaluation/VideoMME`): the prompt below; the text after the last
-`</think>`; VLMEvalKit's rule stage (V1). Accuracy, broken down by duration, domain and task type.
+`</think>`; VLMEvalKit's rule stage (V1); what it cannot read is `undecided` and goes to the judge.
+Accuracy, broken down by duration, domain and task type.
 Official release: `videomme/test-*.parquet` (or its JSON) with `videoID`, `question`, `options`,
 `answer`, `duration`, `domain`, `sub_category`, `task_type`; subtitles `subtitle/<videoID>.srt`.
 """
@@ -45,6 +46,7 @@ VIDEOMME = register_benchmark(Benchmark(
     prompt=prompt, score=multiple_choice(lambda text, item: infer(text, item["letters"], item["option_texts"])),
     aggregate=accuracy("duration", "domain", "task_type"), official_format=official_format, expected_items=2700,
     subtitles=subtitles, reference="videomme",
-    deviations=("No GPT judge after the rule stage: an answer the rules cannot read is wrong, so scores are "
-                "reproducible offline.",),
+    deviations=("An answer the rule stage cannot read ('<answer>D</answer>', 'I think A is correct here') is "
+                "`undecided`: the configured LLM judge decides it when eval.judge.enabled (the official pipeline asks "
+                "gpt-3.5-turbo-0125 to map it to a letter, random after 25 failures); with the judge off it is wrong.",),
 ))

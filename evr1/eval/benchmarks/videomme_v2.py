@@ -4,7 +4,7 @@ official grouped non-linear score, with optional subtitles.
 Official protocol (MME-Benchmarks/Video-MME-v2, as run by lmms-eval `videomme_v2`): "Question: {q}\n
 {options}\nSelect the best answer … Respond with only the letter (A, …, or H) of the correct option.";
 extraction the classic regex (`evr1.eval.extractors.lmms.classic`, its prefix list including
-"Final Answer:", "Answer:", "Option:") over the item's letters. Scoring per video (a group of four
+"Final Answer:", "Answer:", "Option:") over A–H. Scoring per video (a group of four
 questions, ordered by the question id's suffix):
 - `relevance` groups: n right out of 4 → (n/4)² (0, 1/16, 4/16, 9/16, 1);
 - `logic` groups: the chain of right answers from the first question on counts, by structure:
@@ -131,7 +131,7 @@ def subtitles(item: Mapping[str, Any], root: Path) -> str | None:
 
 VIDEOMME_V2 = register_benchmark(Benchmark(
     name="videomme_v2", title="Video-MME-v2", files=("videomme_v2.json",), video_root="Video-MME-v2", prompt=prompt,
-    score=multiple_choice(lambda text, item: classic(text, item["letters"])), aggregate=aggregate,
+    score=multiple_choice(lambda text, item: classic(text, "ABCDEFGH")), aggregate=aggregate,
     official_format=official_format, expected_items=None, subtitles=subtitles,
     group_key=lambda i: str(i.get("group_type", "all")), reference="videomme_v2",
     deviations=("No shared annotation file: the official release (or a file in EasyVideoR1's schema carrying "

@@ -6,8 +6,8 @@ Comprehension ask "{question}\\n{options}\\nPlease ignore the Quiz question in l
 video."; Adaptation asks "You should watch and learn the video content. Then apply what you learned to
 answer the following multi-choice question. The image for this question is at the end of the video.
 \\n{question}\\n{options}" (the open-ended variant for numerical items). The Adaptation image is passed
-as an image after the video (`item["image"]`, EasyVideoR1's layout). Multiple choice: MMMU-style parse
-(M1, Video-MMMU variant); numerical: MMMU `parse_open_response` + `eval_open`. Accuracy per track;
+as an image after the video (`item["image"]`, EasyVideoR1's layout). Multiple choice: Video-MMMU's MMMU-style
+parse (M1); numerical: Video-MMMU's `parse_open_response` (its 26 key phrases) + `eval_open`. Accuracy per track;
 overall = instance-weighted accuracy over the 900.
 
 Which track an item belongs to. The shared file stores no track field, but its order is the official
@@ -39,7 +39,7 @@ from evr1.eval.formats import read_table
 from evr1.eval.items import option_text
 from evr1.eval.metrics import accuracy
 from evr1.eval.prompting import finish, options_block, question
-from evr1.eval.scoring import by_type
+from evr1.eval.scoring import by_type, undecided
 
 TRACKS = ("Adaptation", "Comprehension", "Perception")  # the order of the shared file's id ranges
 _PER_TRACK = 300
@@ -71,12 +71,13 @@ def prompt(item: Mapping[str, Any], ctx: PromptContext) -> str:
 
 def multiple_choice(output: str, item: Mapping[str, Any]) -> dict[str, Any]:
     pred = parse_multi_choice(output, item["letters"], item["option_texts"])
-    return {"score": 1.0 if pred and pred == item["gt"] else 0.0, "pred": pred}
+    return {"score": 1.0 if pred and pred == item["gt"] else 0.0, "pred": pred, **undecided(not pred)}
 
 
 def numerical(output: str, item: Mapping[str, Any]) -> dict[str, Any]:
     preds = parse_open_response(output)
-    return {"score": 1.0 if eval_open(item["gt"], preds) else 0.0, "pred": [str(p) for p in preds]}
+    return {"score": 1.0 if eval_open(item["gt"], preds) else 0.0, "pred": [str(p) for p in preds],
+            **undecided(not preds)}
 
 
 def _track_of(path: Path, key: str | None) -> str | None:
@@ -122,9 +123,8 @@ VIDEOMMMU = register_benchmark(Benchmark(
     aggregate=with_fields(accuracy("track", "problem_type"), track=track), official_format=official_format,
     expected_items=900, aliases=("videommmu_with_image",), group_key=track, reference="videommmu",
     deviations=(
-        "No random choice when the MMMU parser finds no option (the official code picks one at random): the answer "
-        "is wrong, so scores are reproducible.",
-        "A choice letter glued to a preceding letter or digit ('DNA ', '2A.') is not read as a choice.",
+        "An answer the parser cannot read is `undecided` (the official code scores its 'No Answere Found' wrong; "
+        "here it is wrong too unless the judge is on): 'I think so' → '' in both.",
         "videommmu.json (no image_path) is scored with the same tracks by problem_id; its Adaptation items then lack "
         "the question image.",
     ),

@@ -3,14 +3,20 @@
 Two answer forms are read:
 - EasyVideoR1's JSON, `{"time": [s, e]}` (plus `"boxes": {"<second>": [x1, y1, x2, y2]}` for STVG), inside
   `<answer>…</answer>` or anywhere in the text (the last JSON object with a `time` or `boxes` key);
-- free text, by lmms-eval's Charades-STA `extract_time`: lower-case; the prompt's example phrase
-  removed; every "to" replaced by "-"; sentences split on `! ? newline`; candidate sentences are those
-  with a keyword (start / end / happen…). Stages, the first that finds anything decides:
-  "mm:ss - mm:ss" ranges; "a - b" numbers; hh:mm:ss times (the first of each candidate sentence,
-  paired); the first number of each candidate sentence, paired; "a s - b s". The first pair is the
-  answer, swapped if reversed.
+- free text, by lmms-eval's Charades-STA `extract_time` (`charades_sta/utils.py`, commit 75571cf):
+  lower-case; the prompt's example phrase removed; every "to" replaced by "-" ("from 24.3 seconds to
+  30.4 seconds" → "… seconds - 30.4 seconds", which no stage reads); sentences split on `! ? newline`;
+  candidate sentences are those with a keyword (start / end / happen…), or all sentences when none
+  has one. Stages, the first that finds anything decides; the range stages take every match of the
+  FIRST candidate sentence that has one:
+  1. "m:ss - m:ss" / "h:mm:ss – h:mm:ss" ranges (hyphen or en dash);
+  2. "a - b" numbers (hyphen or en dash);
+  3. every m:ss / h:mm:ss time of every candidate sentence, paired in order;
+  4. the first number of each candidate sentence, paired in order;
+  5. "a s - b s".
+  The first pair is the answer, swapped if reversed.
 
-IoU (both): intersection / (max end − min start); a union ≤ 0 gives 0 (the reference divides by zero).
+IoU (both): intersection / (max end − min start); a union ≤ 0 gives 0 (as lmms-eval's `iou`).
 
 Deviations: a reversed JSON span is swapped like a text one (EasyVideoR1 scores it 0); several JSON
 objects are read one by one (EasyVideoR1's greedy `{…}` span breaks on two).
@@ -26,12 +32,12 @@ from typing import Any
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 _EXAMPLE = "a specific example is : 20.8 - 30.0 seconds"
 _KEYWORDS = ("starts", "ends", "happens in", "start time", "end time", "start", "end", "happen")
-_CLOCK = r"\d+:\d{2}(?::\d{2})?(?:\.\d+)?"
-_CLOCK_RANGE = re.compile(rf"({_CLOCK})\s*-\s*({_CLOCK})")
-_NUM_RANGE = re.compile(r"(\d+\.*\d*)\s*-\s*(\d+\.*\d*)")
-_HMS = re.compile(r"\b(\d{1,2}:\d{2}:\d{2})\b")
-_FIRST_NUM = re.compile(r"\b(\d+\.\d+\b|\b\d+)\b")
-_SECONDS_RANGE = re.compile(r"(\d+\.?\d*)\s*s(?:ec(?:ond)?s?)?\s*-\s*(\d+\.?\d*)\s*s")
+_CLOCK = r"\d{1,2}:\d{2}(?::\d{2})?"
+_CLOCK_RANGE = re.compile(rf"\b({_CLOCK})\s*[–-]\s*({_CLOCK})\b")
+_NUM_RANGE = re.compile(r"(\d+(?:\.\d+)?)\s*[–-]\s*(\d+(?:\.\d+)?)")
+_NUMBER = re.compile(r"\b(\d+(?:\.\d+)?)\b")
+_CLOCK_TIME = re.compile(rf"\b({_CLOCK})\b")
+_SECONDS_RANGE = re.compile(r"(\d+(?:\.\d+)?)\s*s?\s*[–-]\s*(\d+(?:\.\d+)?)\s*s?")
 
 Span = tuple[float, float]
 
@@ -48,32 +54,32 @@ def _pairs(values: Sequence[float]) -> list[Span]:
     return [(values[i], values[i + 1]) for i in range(0, len(values), 2)]
 
 
-def _floats(pairs: Sequence[tuple[str, str]]) -> list[Span]:
-    out = []
-    for a, b in pairs:
-        try:
-            out.append((float(a), float(b)))
-        except ValueError:
-            continue
-    return out
+def _first_ranges(sentences: Sequence[str], pattern: re.Pattern[str], conv) -> list[Span]:
+    """Every match of `pattern` in the first sentence that has one, converted by `conv`."""
+    for sentence in sentences:
+        found = pattern.findall(sentence)
+        if found:
+            return [(conv(a), conv(b)) for a, b in found]
+    return []
 
 
 def extract_time(text: str) -> list[Span]:
-    """lmms-eval's `extract_time`: the time pairs found in free text (at most the first), ordered."""
+    """lmms-eval's `extract_time`: the first time pair found in free text, ordered (or [])."""
     p = (text or "").lower().replace(_EXAMPLE, "").replace("to", "-")
-    candidates = [s for s in re.split(r"[!?\n]", p) if any(k in s for k in _KEYWORDS)]
+    sentences = re.split(r"[!?\n]", p)
+    candidates = [s for s in sentences if any(k in s for k in _KEYWORDS)] or sentences
     stages = (
-        lambda: [(_clock(a), _clock(b)) for a, b in _CLOCK_RANGE.findall(p)],
-        lambda: _floats(_NUM_RANGE.findall(p)),
-        lambda: _pairs([_clock(m[0]) for s in candidates if (m := _HMS.findall(s))]),
-        lambda: _pairs([float(m[0]) for s in candidates if (m := _FIRST_NUM.findall(s))]),
-        lambda: _floats(_SECONDS_RANGE.findall(p)),
+        lambda: _first_ranges(candidates, _CLOCK_RANGE, _clock),
+        lambda: _first_ranges(candidates, _NUM_RANGE, float),
+        lambda: _pairs([_clock(t) for s in candidates for t in _CLOCK_TIME.findall(s)]),
+        lambda: _pairs([float(m[0]) for s in candidates if (m := _NUMBER.findall(s))]),
+        lambda: _first_ranges(candidates, _SECONDS_RANGE, float),
     )
     for stage in stages:
         found = stage()
         if found:
             s, e = found[0]
-            return [(min(s, e), max(s, e))]
+            return [(s, e) if e > s else (e, s)]
     return []
 
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from evr1.eval.extractors.vlmevalkit import infer
+from evr1.eval.scoring import undecided
 
 _FINAL = re.compile(r"final[\s*_]+answer[\s*]*(?:is)?[\s*]*[:：]", re.IGNORECASE)
 _ANSWER_LABEL = re.compile(r"^\s*(?:\*\*)?answer(?:\*\*)?\s*[:：]", re.IGNORECASE)
@@ -51,7 +52,7 @@ def open_ended(output: str, item: Mapping[str, Any]) -> dict[str, Any]:
 def choice(output: str, item: Mapping[str, Any]) -> dict[str, Any]:
     """A multiple-choice item: V1 (option letter, then option text) on the final answer."""
     pred = infer(final_answer(output), item["letters"], item["option_texts"])
-    return {"score": 1.0 if pred and pred == item["gt"] else 0.0, "pred": pred}
+    return {"score": 1.0 if pred and pred == item["gt"] else 0.0, "pred": pred, **undecided(not pred)}
 
 
 def needs_judge(item: Mapping[str, Any]) -> bool:

@@ -4,7 +4,8 @@ Source behaviour: punctuation `.()[],:;!*#{}` becomes spaces; a single choice le
 wins, unless it is "A" and there are more than 3 tokens (the article "a" guard); else the one option
 whose lower-cased text appears in the answer; else an LLM judge maps the answer to a letter.
 
-Deviation: no GPT judge and no random pick after 25 failures; an unresolved answer is "" (wrong).
+An unresolved answer is "" here: the scorer marks it `undecided`, and evr1's configured LLM judge
+decides it when `eval.judge.enabled` (else it is wrong); no random pick after 25 failures.
 """
 
 from __future__ import annotations

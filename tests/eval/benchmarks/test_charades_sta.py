@@ -38,11 +38,11 @@ def test_all_formats_load_to_the_same_items(files):
 def test_oracle_constant_and_recall(files, tmp_path):
     items = BENCH.load(files / "evr.json")
     rep = run_benchmark(BENCH, items, BENCH.oracle, tmp_path)
-    assert rep.metric == "miou" and rep.value == 1.0 and rep.parts == {"R@0.3": 1.0, "R@0.5": 1.0, "R@0.7": 1.0}
+    assert rep.metric == "miou" and rep.value == 1.0 and rep.parts == {"R@0.3": 1.0, "R@0.5": 1.0, "R@0.7": 1.0, "undecided": 0.0, "undecided/judged": 0.0}
     rep = run_benchmark(BENCH, items, constant("The event happens in the 0 - 12 seconds."), tmp_path)
     # IoUs: 0 (disjoint), 6/12 = 0.5, 2/20 = 0.1
     assert rep.value == pytest.approx(0.2)
-    assert rep.parts == pytest.approx({"R@0.3": 1 / 3, "R@0.5": 1 / 3, "R@0.7": 0.0})
+    assert rep.parts == pytest.approx({"R@0.3": 1 / 3, "R@0.5": 1 / 3, "R@0.7": 0.0, "undecided": 0.0, "undecided/judged": 0.0})
     json_oracle = lambda i: "<answer>" + json.dumps({"time": list(json.loads(i["gt"])["time"])}) + "</answer>"
     assert run_benchmark(BENCH, items, json_oracle, tmp_path / "json").value == 1.0
 
@@ -61,7 +61,7 @@ def test_prompt(files):
     ("The event happens in the 30.4 - 24.3 seconds.", (24.3, 30.4)),       # reversed: swapped
     ("It happens at 00:24 - 00:30.", (24.0, 30.0)),                         # mm:ss range
     ("The event starts at 00:00:18\nand ends at 00:00:23.", (18.0, 23.0)),   # hh:mm:ss, the first per sentence, paired
-    ("The event starts at 00:00:18 and ends at 00:00:23.", None),            # one sentence gives one time (reference)
+    ("The event starts at 00:00:18 and ends at 00:00:23.", (18.0, 23.0)),    # every clock time of a sentence, paired
     ("Start time: 0.8 seconds\nEnd time: 1.1 seconds", (0.8, 1.1)),         # first number per candidate sentence
     ("24.3s-30.4s", (24.3, 30.4)),
     ("1.5 - 3 and later 7 - 9", (1.5, 3.0)),                                # the first pair wins

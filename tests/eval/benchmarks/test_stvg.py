@@ -35,12 +35,12 @@ def test_both_formats_load_to_the_same_items(files):
 def test_oracle_and_constant(files, tmp_path):
     items = BENCH.load(files / "evr.json")
     rep = run_benchmark(BENCH, items, BENCH.oracle, tmp_path)
-    assert rep.value == 1.0 and rep.parts == {"tiou": 1.0, "box_miou": 1.0} and rep.counts["box_miou"] == 1
+    assert rep.value == 1.0 and rep.parts == {"tiou": 1.0, "box_miou": 1.0, "undecided": 0.0, "undecided/judged": 0.0} and rep.counts["box_miou"] == 1
     answer = '<answer>{"time": [10, 14], "boxes": {"10": [0, 0, 10, 10], "11": [0, 0, 20, 20], "13": [0, 0, 5, 5]}}</answer>'
     rep = run_benchmark(BENCH, items, constant(answer), tmp_path)
     # item 1: tIoU 2/4, boxes over common seconds 10, 11 → (1 + 0.25)/2 → 0.5·0.5 + 0.5·0.625; item 2: tIoU 0 alone
     assert rep.value == pytest.approx((0.25 + 0.3125) / 2)
-    assert rep.parts == pytest.approx({"tiou": 0.25, "box_miou": 0.625})
+    assert rep.parts == pytest.approx({"tiou": 0.25, "box_miou": 0.625, "undecided": 0.0, "undecided/judged": 0.0})
 
 
 def test_prompt(files):

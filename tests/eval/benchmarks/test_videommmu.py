@@ -62,7 +62,7 @@ def test_oracle_and_constant_per_track(files, tmp_path):
     rep = run_benchmark(BENCH, items, constant("B"), tmp_path)
     assert rep.value == 0.5                                   # instance-weighted: 2 of 4
     assert rep.parts == {"track/Adaptation": 0.0, "track/Comprehension": 1.0, "track/Perception": 1.0,
-                         "problem_type/multiple choice": 2 / 3, "problem_type/numerical": 0.0}
+                         "problem_type/multiple choice": 2 / 3, "problem_type/numerical": 0.0, "undecided": 0.0, "undecided/judged": 0.0}
 
 
 def test_prompts_and_media(files):
@@ -108,7 +108,7 @@ TEN = [f"{l}. option {l.lower()}" for l in LETTERS]
     ("(C) is tempting but A. is wrong.", "A"),               # ... even when "(X)" is later
     ("Answer: (C)", "C"),
     ("The sugar is an aldose type, clearly option a", "A"),  # > 5 words, no letter: option text
-    ("DNA is involved", ""),                                 # a letter glued to a word is not a choice
+    ("DNA is involved", "A"),                                # the source reads the "A " of "DNA " as a choice
     ("no idea", ""),                                         # nothing parses: wrong, never a random pick
 ])
 def test_multiple_choice_parse(output, expected):

@@ -36,7 +36,7 @@ def test_both_formats_load_to_the_same_items(files):
 def test_oracle_constant_and_scenes(files, tmp_path):
     items = BENCH.load(files / "evr.json")
     rep = run_benchmark(BENCH, items, BENCH.oracle, tmp_path)
-    assert rep.value == 1.0 and rep.parts == {"scene/card": 1.0, "scene/cup": 1.0}
+    assert rep.value == 1.0 and rep.parts == {"scene/card": 1.0, "scene/cup": 1.0, "undecided": 0.0, "undecided/judged": 0.0}
     rep = run_benchmark(BENCH, items, constant("Final Answer: a1, b3"), tmp_path)
     assert rep.value == 0.5 and rep.parts["scene/cup"] == 1.0
     assert all(BENCH.needs_judge(i) for i in items)

@@ -1,0 +1,205 @@
+"""Training at real video sizes (issue 10), measured side by side in one run.
+
+Clips: `--clips` generated 30 s 1280×720 H.264 videos (`bench_cache.make_clip`, reused from
+`--workdir`), sampled to 64 frames at 384×672 (nframes=64, factor 32, max 262144 pixels): the
+reference project's training budget. Model: a random-init Qwen3-VL with the REAL vision geometry
+(patch 16, spatial merge 2, temporal patch 2) and few, narrow layers so it runs on a CPU
+(`--size 3b`: a Qwen2.5-VL-3B-shaped config for a GPU). The real trainer (`evr1.train.train`: Ray,
+two FSDP2 ranks, the HF rollout engine) runs `--steps` GRPO steps with `--clips` prompts per step:
+
+  1. frames decoded on the fly (cache disabled) vs read from the Lance frame cache, per step;
+     then the cache run again with the shared prompt prefix off (`trainer.share_prompt_prefix`):
+     time of the log-prob and update passes, and vision-encoder passes per prompt, with and without;
+  2. per-step breakdown: data wait, rollout, log-probs, update, weight sync; bytes the driver sends
+     per prompt (every actor call, pickled); vision-encoder passes per prompt; peak RSS per process;
+  3. the previous path's message for comparison: the eagerly encoded `PromptInputs` (uint8 frames +
+     float32 patches) the driver used to send to each destination, pickled;
+  4. host memory of model loading: peak RSS of each FSDP2 rank after setup with a ~0.5 GB model
+     (`--rss-model`), every rank reading the checkpoint (the previous way) vs rank 0 reading it and the
+     others building on the meta device and receiving only their shard.
+
+Run:  PYTHONPATH=. .venv/bin/python benchmarks/bench_train.py [--steps 2] [--clips 2] [--n 4]
+Prints a Markdown table, then one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_cache import make_clip  # noqa: E402
+
+from evr1 import pipeline  # noqa: E402
+from evr1.config import load_config  # noqa: E402
+from evr1.data.ingest import read_samples  # noqa: E402
+from evr1.models import load_adapter, make_tiny  # noqa: E402
+from evr1.train.policy_worker import PolicyWorker  # noqa: E402
+from evr1.train.trainer import _worker_options, train  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SIZES = {
+    # Real vision geometry (the family's patch/merge/temporal sizes), narrow and shallow elsewhere.
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vision_depth=2, vision_hidden_size=64, vision_heads=2,
+                 max_position_embeddings=32768),
+    "3b": dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
+               num_key_value_heads=2, vision_depth=32, vision_hidden_size=1280, vision_heads=16,
+               max_position_embeddings=32768),
+}
+FAMILY = {"tiny": "qwen3_vl", "3b": "qwen2_5_vl"}
+# For the model-loading memory figure only: large enough (~0.56 GB float32) to stand out of the runtime's RSS.
+RSS_SIZES = dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=8, num_attention_heads=8,
+                 num_key_value_heads=4, vision_depth=4, vision_hidden_size=512, vision_heads=8)
+
+
+def _records(clips: list[Path]) -> list[dict]:
+    return [{"problem_id": f"bench-{i}", "problem": "<video>\nWhat colour is the moving box?",
+             "answer": "A", "problem_type": "multiple choice", "data_type": "video",
+             "options": ["A. yellow", "B. red", "C. blue", "D. green"], "videos": [str(p)], "images": []}
+            for i, p in enumerate(clips)]
+
+
+def _run(cfg, rows, frames_uri, model_dir, out_dir) -> list[dict]:
+    return train(cfg, samples=rows, frames_uri=frames_uri, model_dir=model_dir, out_dir=out_dir).history
+
+
+def _mean(history: list[dict], key: str, skip_first: bool = True) -> float:
+    rows = history[1:] if skip_first and len(history) > 1 else history
+    return statistics.fmean(h[key] for h in rows)
+
+
+def previous_path_message(model_dir: Path, cfg, rows: list[dict]) -> tuple[int, float]:
+    """(pickled bytes, seconds) of one eagerly encoded prompt: what the driver used to build and send."""
+    from evr1.cache import FrameReader
+    from evr1.train.prompt_prep import ReaderSpec, encode_row
+
+    adapter = load_adapter(model_dir)
+    spec = ReaderSpec(None, cfg.cache.frame_params(adapter.family.factor), "decode-only", None, None, False)
+    t = time.perf_counter()
+    prompt = encode_row(rows[0], adapter, FrameReader(None, spec.params, mode="decode-only"), spec, defer_media=False)
+    seconds = time.perf_counter() - t
+    return len(pickle.dumps(prompt, protocol=5)), seconds
+
+
+def load_rss(model_dir: Path, cfg, *, meta: bool) -> list[float]:
+    """Peak RSS (MB) of each rank right after building and sharding the policy (no reference model)."""
+    import ray
+
+    options = {**_worker_options(cfg), "meta_init": meta, "needs_reference": False}
+    actor = ray.remote(num_cpus=0)(PolicyWorker)
+    ranks = [actor.remote(r, cfg.trainer.world_size, str(model_dir), options) for r in range(cfg.trainer.world_size)]
+    try:
+        master = ray.get(ranks[0].endpoint.remote())
+        ray.get([r.setup.remote(master) for r in ranks])
+        return [round(v, 1) for v in ray.get([r.peak_rss_mb.remote() for r in ranks])]
+    finally:
+        ray.get([r.shutdown.remote() for r in ranks])
+        for r in ranks:
+            ray.kill(r)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--clips", type=int, default=2, help="prompts per step (one clip each)")
+    ap.add_argument("--n", type=int, default=4, help="responses per prompt")
+    ap.add_argument("--seconds", type=int, default=30)
+    ap.add_argument("--max-new-tokens", type=int, default=8)
+    ap.add_argument("--world-size", type=int, default=2)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--size", choices=sorted(SIZES), default="tiny")
+    ap.add_argument("--dtype", default=None, help="model dtype (default float32 on CPU, bfloat16 on CUDA)")
+    ap.add_argument("--rss-model", action=argparse.BooleanOptionalAction, default=True,
+                    help="measure model-loading memory with a ~0.5 GB model (figure 4)")
+    ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "evr1_bench_train")
+    args = ap.parse_args()
+    work = args.workdir
+    work.mkdir(parents=True, exist_ok=True)
+    clips_dir = work / f"clips_{args.seconds}s_720p30"  # bench_cache.py's layout: its clips can be copied in
+    clips_dir.mkdir(exist_ok=True)
+    clips = [make_clip(clips_dir / f"clip{i}.mp4", args.seconds, seed=i) for i in range(args.clips)]
+    data = work / "train.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in _records(clips)) + "\n")
+    model_dir = work / f"model-{args.size}"
+    if not (model_dir / "config.json").exists():
+        make_tiny(FAMILY[args.size], model_dir, seed=0, **SIZES[args.size])
+    dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
+    run_root = work / "runs"
+    base = [f"run.root={run_root}", "run.name=bench", "tracking.enabled=false", "cache.workers=2",
+            f'data={{"train_files": ["{data}"]}}', f'model={{"path": "{model_dir}", "dtype": "{dtype}"}}',
+            "cache.nframes=64", "cache.min_pixels=3136", "cache.max_pixels=262144", "cache.max_frames=768",
+            "cache.min_frames=4", f"trainer.steps={args.steps}", f"trainer.prompts_per_step={args.clips}",
+            f"rollout.n={args.n}", f"rollout.max_new_tokens={args.max_new_tokens}", "rollout.batch_size=1",
+            f"trainer.world_size={args.world_size}", f"trainer.micro_batch_size={args.n}", "trainer.warmup_sft_steps=0",
+            "trainer.save_every=0", "trainer.val_every=0", f"trainer.device={args.device}", "trainer.lr=1e-5",
+            "trainer.resume=false"]
+    cfg = load_config(ROOT / "conf/tiny.yaml", base)
+    samples = pipeline.stage_ingest(cfg)
+    model = pipeline.stage_model(cfg)
+    rows = read_samples(samples.uri, split="train")
+
+    decode_cfg = load_config(ROOT / "conf/tiny.yaml", [*base, "cache.enabled=false"])
+    decoded = _run(decode_cfg, rows, None, model_dir, run_root / "ckpt-decode")
+    frames = pipeline.stage_cache(cfg, samples, model)
+    cached = _run(cfg, rows, frames.uri, model_dir, run_root / "ckpt-cache")
+    unshared_cfg = load_config(ROOT / "conf/tiny.yaml", [*base, "trainer.share_prompt_prefix=false"])
+    unshared = _run(unshared_cfg, rows, frames.uri, model_dir, run_root / "ckpt-unshared")
+    driver_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    old_bytes, old_seconds = previous_path_message(model_dir, cfg, rows)
+    load = None
+    if args.rss_model:
+        rss_dir = work / "model-rss"
+        if not (rss_dir / "config.json").exists():
+            make_tiny("qwen3_vl", rss_dir, seed=0, **RSS_SIZES)
+        weights = sum(p.stat().st_size for p in rss_dir.glob("*.safetensors")) / 2**20
+        load = {"checkpoint_mb": round(weights, 1), "every_rank_reads": load_rss(rss_dir, cfg, meta=False),
+                "rank0_reads_meta_elsewhere": load_rss(rss_dir, cfg, meta=True)}
+
+    def step_s(h):
+        return _mean(h, "time/step_s")
+
+    keys = ["time/step_s", "time/data_wait_s", "time/rollout_s", "time/log_probs_s", "time/update_s", "time/sync_s",
+            "perf/driver_bytes_per_prompt", "perf/vision_passes_per_prompt"]
+    print("| run | step | " + " | ".join(k.split("/")[1] for k in keys) + " |")
+    print("| --- | --- | " + " | ".join("---" for _ in keys) + " |")
+    for name, hist in (("decode", decoded), ("cache", cached), ("cache, unshared", unshared)):
+        for h in hist:
+            print(f"| {name} | {h['step']} | " + " | ".join(f"{h[k]:.3f}" for k in keys) + " |")
+    wait = sum(h["time/data_wait_s"] for h in cached[1:] or cached) / sum(h["time/step_s"] for h in cached[1:] or cached)
+    out = {
+        "device": args.device, "size": args.size, "dtype": dtype, "steps": args.steps, "clips": args.clips, "n": args.n,
+        "frames": "64x384x672", "world_size": args.world_size,
+        "driver_bytes_per_prompt": max(h["perf/driver_bytes_per_prompt"] for h in cached),
+        "previous_path_bytes_per_prompt_per_destination": old_bytes,
+        "previous_path_driver_encode_s_per_prompt": round(old_seconds, 3),
+        "data_wait_fraction": round(wait, 4),
+        "vision_passes_per_prompt": _mean(cached, "perf/vision_passes_per_prompt", skip_first=False),
+        "vision_passes_per_prompt_unshared": _mean(unshared, "perf/vision_passes_per_prompt", skip_first=False),
+        "cache_vs_decode_step_speedup": round(step_s(decoded) / step_s(cached), 3),
+        "step_s": {"decode": round(step_s(decoded), 3), "cache": round(step_s(cached), 3)},
+        "breakdown_s": {k.split("/")[1]: round(_mean(cached, k), 3) for k in keys[:6]},
+        "prefix_sharing_logprob_speedup": round(_mean(unshared, "time/log_probs_s") / _mean(cached, "time/log_probs_s"), 3),
+        "prefix_sharing_update_speedup": round(_mean(unshared, "time/update_s") / _mean(cached, "time/update_s"), 3),
+        "step_s_unshared": round(step_s(unshared), 3),
+        "peak_rss_mb": {"driver": round(driver_rss, 1),
+                        "rollout": round(max(h["perf/rollout_peak_rss_mb"] for h in cached + decoded + unshared), 1),
+                        "policy_rank": round(max(h["perf/rank_peak_rss_mb"] for h in cached + decoded + unshared), 1)},
+        "model_load_peak_rss_mb_per_rank": load,
+    }
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main()

@@ -1,0 +1,61 @@
+"""Building a sharded model with one copy of the checkpoint per node, not one per rank.
+
+Rank 0 reads the checkpoint; every other rank builds the architecture on the meta device (no
+memory), shards it, allocates only its shard, and receives its part of the weights by broadcast from
+rank 0 (`set_model_state_dict(..., broadcast_from_rank0=True)`). Buffers outside the state dict
+(rotary frequencies) are broadcast too, so all ranks hold exactly rank 0's values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+from transformers import AutoConfig, AutoModelForImageTextToText
+
+from evr1.models import load_model
+
+
+def build_sharded(model_dir: str | Path, *, rank: int, dtype: torch.dtype, attn_implementation: str, device: str,
+                  shard: Callable[[torch.nn.Module], None],
+                  prepare: Callable[[torch.nn.Module], None] = lambda m: None) -> torch.nn.Module:
+    """The model at `model_dir`, sharded by `shard`, its weights read from disk on rank 0 only.
+
+    `prepare` runs before sharding on every rank (train mode, gradient checkpointing, freezing).
+    """
+    if rank == 0:
+        model = load_model(model_dir, dtype=dtype, attn_implementation=attn_implementation).to(device)
+        full = dict(model.state_dict())
+        buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+    else:
+        config = AutoConfig.from_pretrained(str(model_dir))
+        with torch.device("meta"):
+            model = AutoModelForImageTextToText.from_config(config, dtype=dtype,
+                                                            attn_implementation=attn_implementation)
+        full, buffers = {}, {}
+    prepare(model)
+    shard(model)
+    if rank != 0:
+        model.to_empty(device=device)
+    set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    del full
+    with torch.no_grad():
+        for name, buf in model.named_buffers():
+            if rank == 0:
+                buf.copy_(buffers[name])
+            dist.broadcast(buf, src=0)
+    return model
+
+
+def build_replicated(model_dir: str | Path, *, rank: int, dtype: torch.dtype, attn_implementation: str, device: str,
+                     shard: Callable[[torch.nn.Module], None],
+                     prepare: Callable[[torch.nn.Module], None] = lambda m: None) -> torch.nn.Module:
+    """The previous way, kept for comparison (`meta_init: false`): every rank reads the whole
+    checkpoint, then shards it; host memory peaks at one full copy per rank."""
+    model = load_model(model_dir, dtype=dtype, attn_implementation=attn_implementation).to(device)
+    prepare(model)
+    shard(model)
+    return model

@@ -1,0 +1,85 @@
+"""lvbench: the official extraction's value on each output, and evr1's.
+
+The `official` column was produced by running the official code itself outside the project (a
+scratch copy run with plain Python, the output first passed through lmms-eval's
+lmms_eval/api/reasoning.py strip_reasoning_tags with the CLI default tags):
+    EvolvingLMMs-Lab/lmms-eval @ 75571cfe0fa36ca5ec2e6aa2bb268f9d38295af3
+    lmms_eval/tasks/_task_utils/mcq_extract.py extract_mcq_answer(text, choices=A–D) (lvbench/utils.py).
+evr1 must agree on every row except those in `DEVIATIONS`, each of which is a listed deviation of the
+benchmark (or of the `official` profile's reasoning-tag handling) and gives evr1's value.
+The rows cover dashes, clock formats, letter case, phrase lists in several languages, `<answer>`
+tags and `<think>` blocks.
+"""
+
+import pytest
+
+from evr1.eval.prompting import strip_reasoning
+from evr1.eval.extractors.lmms import mcq_extract
+
+TABLE = [
+    ('B', 'B'),
+    ('(C)', 'C'),
+    ('The answer is B', 'B'),
+    ('the answer is b', ''),
+    ('The correct answer is (B).', 'B'),
+    ('Answer: C', 'C'),
+    ('Answer: (D) because', 'D'),
+    ('Best option:(D) the car', 'D'),
+    ('The best option is C', 'C'),
+    ('The correct option is D', 'D'),
+    ('Final Answer: C', 'C'),
+    ('I think the answer is B, not C.', 'C'),
+    ('The answer is A. Because C', 'C'),
+    ('USA. The answer is B', 'B'),
+    ('The choice is D', 'D'),
+    ('My answer is C', 'C'),
+    ('The correct option is D.', 'D'),
+    ('答案是C', 'C'),
+    ('答案为B', 'B'),
+    ('选D', 'D'),
+    ('我选 C', 'C'),
+    ('答えはB', 'B'),
+    ('정답은 D', 'D'),
+    ('답: C', 'C'),
+    ('옵션 B', 'B'),
+    ('A cat is on the mat', 'A'),
+    ('D.', 'D'),
+    ('(E) the truck', ''),
+    ('E', ''),
+    ('F', ''),
+    ('The answer is E', ''),
+    ('none of them', ''),
+    ('<answer>D</answer>', 'D'),
+    ('<answer>B</answer> because A is wrong', 'A'),
+    ('<think>A or B? Probably C.</think>\nD', 'D'),
+    ('<think>I guess A</think>The answer is C', 'C'),
+    ('<THINK>A</THINK> B', 'B'),
+    ('Therefore, the final answer is: C', 'C'),
+    ('I am not sure', ''),
+    ('', ''),
+    ('C) the dog', 'C'),
+    ('option D: run', 'D'),
+    ('A<think>x</think>B', 'B'),
+    ('It is B.', 'B'),
+    ('B is correct, C is wrong', 'B'),
+    ('答案是 选项B', 'B'),
+    ('The answer: d', ''),
+    ('answer is a dog', ''),
+    ('The answer is (B)', 'B'),
+    ('I choose A over B', 'B'),
+]
+
+TABLE_OFFICIAL = dict(TABLE)
+
+DEVIATIONS = {
+    'A<think>x</think>B': 'A',
+}
+
+
+def ours(text):
+    return mcq_extract(strip_reasoning(text), "ABCD")
+
+
+@pytest.mark.parametrize("text, official", TABLE)
+def test_agrees_with_official(text, official):
+    assert ours(text) == DEVIATIONS.get(text, official)

@@ -1,0 +1,23 @@
+"""The run summary table: every stage with its status, duration, headline metrics and outputs."""
+
+import pytest
+
+from evr1.summary import StageRow, mlflow_run_url, render, write
+
+
+def test_summary_lists_each_stage_with_status_duration_metrics_and_outputs(tmp_path):
+    rows = [StageRow("ingest", "cached", 0.0, {"accepted": 4.0}, ["/runs/x/lance/samples (v2)"]),
+            StageRow("train", "ran", 200.0, {"reward/overall": 0.25}, ["/runs/x/checkpoints/step_2"]),
+            StageRow("merge", "failed", 1.5), StageRow("eval-heldout", "skipped")]
+    md = render("x: run summary", rows, links={"MLflow run": mlflow_run_url("http://127.0.0.1:5000", "1", "abc")})
+    assert "| ingest | cached | 0.0 s | accepted 4 | `/runs/x/lance/samples (v2)` |" in md
+    assert "| train | ran | 3.3 min | reward/overall 0.25 |" in md
+    assert "| merge | **failed** | 1.5 s |" in md and "| eval-heldout | not reached | – |" in md
+    assert "1 ran (3.3 min), 1 reused, 1 failed." in md
+    assert "- MLflow run: http://127.0.0.1:5000/#/experiments/1/runs/abc?workflowType=machine_learning" in md
+    assert write(tmp_path, md).read_text() == md
+
+
+def test_an_unknown_status_names_the_stage():
+    with pytest.raises(ValueError, match="stage 'train': status 'done'"):
+        StageRow("train", "done")
