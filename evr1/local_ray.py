@@ -93,18 +93,30 @@ def marked_processes(marker: str) -> list[int]:
     return found
 
 
-def _wait_for_exit(pid: int) -> None:
-    """Block until process `pid` has ended (a pidfd where the kernel has one, else polling)."""
+def _watch(pid: int, marker: str, every_s: float = 1.0) -> dict[int, float]:
+    """Block until process `pid` has ended, noting the instance's processes every `every_s` seconds.
+
+    The notes matter: Ray's head processes share the command's fate (they die with it), and the
+    agents they started are then re-parented and, renamed, carry no readable marker; only a note
+    taken while the command lived still names them."""
+    seen: dict[int, float] = {}
     try:
         fd = os.pidfd_open(pid)
     except (AttributeError, OSError):
-        while _alive(pid):
-            time.sleep(0.5)
-        return
+        fd = None
     try:
-        select.select([fd], [], [])
+        while True:
+            seen.update(instance_processes(marker))
+            if fd is not None:
+                if select.select([fd], [], [], every_s)[0]:
+                    return seen
+            elif not _alive(pid):
+                return seen
+            else:
+                time.sleep(every_s)
     finally:
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
 
 
 def _alive(pid: int) -> bool:
@@ -117,12 +129,43 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def reap(marker: str, temp_dir: str, grace_s: float = GRACE_S) -> list[int]:
-    """SIGTERM, then SIGKILL, every process of the instance; remove its temp folder. Returns the PIDs."""
+def instance_processes(marker: str) -> dict[int, float]:
+    """PID -> start time of every process of the instance: those carrying the marker and all their
+    descendants. Descendants count because a process that renames itself (Ray's `ray::DashboardAgent`,
+    `ray::RuntimeEnvAgent`, actors) overwrites the memory /proc/PID/environ shows, marker included."""
+    import psutil
+
+    found: dict[int, float] = {}
+    for pid in marked_processes(marker):
+        try:
+            root = psutil.Process(pid)
+            for proc in (root, *root.children(recursive=True)):
+                found[proc.pid] = proc.create_time()
+        except psutil.Error:  # gone meanwhile
+            continue
+    return found
+
+
+def _same_process(pid: int, started: float) -> bool:
+    """`pid` still names the process first seen with start time `started` (not a reused PID)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time() == started
+    except psutil.Error:
+        return False
+
+
+def reap(marker: str, temp_dir: str, grace_s: float = GRACE_S, seen: dict[int, float] | None = None) -> list[int]:
+    """SIGTERM, then SIGKILL, every process of the instance; remove its temp folder. Returns the PIDs.
+
+    The set is collected before each wave and kept: once a parent dies its children are re-parented
+    and no longer found through it."""
     time.sleep(grace_s)
-    victims = marked_processes(marker)
+    seen = dict(seen or {})
     for sig, wait_s in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 2.0)):
-        left = [pid for pid in marked_processes(marker)]
+        seen.update(instance_processes(marker))
+        left = [pid for pid, started in seen.items() if _same_process(pid, started)]
         for pid in left:
             try:
                 os.kill(pid, sig)
@@ -133,14 +176,13 @@ def reap(marker: str, temp_dir: str, grace_s: float = GRACE_S) -> list[int]:
             time.sleep(0.1)
             left = [pid for pid in left if _alive(pid)]
     shutil.rmtree(temp_dir, ignore_errors=True)
-    return victims
+    return sorted(seen)
 
 
 def _main(argv: list[str]) -> None:
     pid, marker, temp_dir = int(argv[0]), argv[1], argv[2]
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C in the terminal is for the command, not for us
-    _wait_for_exit(pid)
-    reap(marker, temp_dir)
+    reap(marker, temp_dir, seen=_watch(pid, marker))
 
 
 if __name__ == "__main__":

@@ -140,6 +140,8 @@ def stage_key(stage: str, cfg: Config, upstream: list[StageResult], extra: objec
     files: list = []
     if stage == "ingest":
         files = _file_stats(*cfg.data.train_files, *cfg.data.eval_files, *(r.partition(":")[0] for r in cfg.reward.families))
+        # The prompt-length check counts with the model's tokenizer and leaves room for the response.
+        files.append(("prompt_limit", cfg.model.path, cfg.fingerprint("model"), cfg.rollout.max_new_tokens))
     elif stage == "model" and cfg.model.path and Path(cfg.model.path).exists():
         files = _file_stats(cfg.model.path)
     elif stage == "eval":  # an edited annotation file is a new evaluation

@@ -18,11 +18,13 @@ from dataclasses import dataclass
 from evr1 import prompts
 from evr1.cache import CacheMiss, FrameReader
 from evr1.data.ingest import reward_sample
+from evr1.data.prompt_length import PromptTooLong
 from evr1.video.clip import FrameParams
 from evr1.video.errors import MediaDecodeError
 
 # What "this sample's media cannot be read here" looks like: skipped and counted, never a crash.
-READ_ERRORS = (MediaDecodeError, CacheMiss, OSError)
+# A prompt over `data.max_prompt_tokens` once its vision tokens are known is skipped the same way.
+READ_ERRORS = (MediaDecodeError, CacheMiss, OSError, PromptTooLong)
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class ReaderSpec:
     data_root: str | None
     template: str | None
     thinking: bool
+    max_prompt_tokens: int | None = None  # text plus vision tokens; None: no limit
 
     def reader(self) -> FrameReader:
         return FrameReader(self.frames_uri, self.params, mode=self.mode, data_root=self.data_root)
@@ -60,6 +63,8 @@ class PromptPrep:
 
     def __init__(self, adapter, spec: ReaderSpec, *, limit: int = 64):
         self.adapter, self.spec, self.limit = adapter, spec, limit
+        if spec.max_prompt_tokens is not None:  # the worker's own adapter refuses over-long prompts
+            adapter.max_prompt_tokens = spec.max_prompt_tokens
         self.reader = spec.reader()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prompt-prefetch")
         self._ahead: OrderedDict[str, Future] = OrderedDict()

@@ -19,6 +19,7 @@ import torch
 
 from evr1 import rewards, rl
 from evr1.config import Config
+from evr1.data.prompt_length import effective_limit, model_positions
 from evr1.data.ingest import reward_sample
 from evr1.models import load_adapter
 from evr1.train import checkpoint as ckpt_io
@@ -66,6 +67,7 @@ def _worker_options(cfg: Config) -> dict:
 
 def _scorer(cfg: Config) -> Callable[[list[str], list[dict]], tuple[list[dict], dict]]:
     r = cfg.reward
+    rewards.sandbox.allow_unsandboxed(r.allow_unsandboxed_code)  # code rewards refuse without isolation unless set
     for ref in r.families:
         rewards.load_reward_function(ref)
 
@@ -161,7 +163,8 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
     mode = cfg.cache.mode if (cfg.cache.enabled and frames_uri) else "decode-only"
     # Workers open their own readers from this spec: the driver never touches a frame.
     spec = ReaderSpec(frames_uri if mode != "decode-only" else None, params, mode,
-                      str(cfg.data.data_root) if cfg.data.data_root else None, cfg.rollout.template, cfg.rollout.thinking)
+                      str(cfg.data.data_root) if cfg.data.data_root else None, cfg.rollout.template, cfg.rollout.thinking,
+                      effective_limit(cfg.data.max_prompt_tokens, model_positions(model_dir), cfg.rollout.max_new_tokens))
     score = _scorer(cfg)
 
     if not t.resume:
