@@ -41,25 +41,37 @@ def response_log_probs(
     logits (`logits_to_keep`), and the log-softmax is taken as gather − logsumexp so no
     [B, Lr, V] log-prob tensor is kept. Positions outside `response_mask` are 0.
     """
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0 for log-probs, got {temperature}")
+    check_temperature(temperature)
     lr = batch.response_mask.shape[1]
     b = batch.input_ids.shape[0]
     if lr == 0:
         empty = batch.input_ids.new_zeros((b, 0), dtype=torch.float32)
         return empty, (empty.clone() if with_entropy else None)
     out = model(**batch.model_inputs(), logits_to_keep=lr + 1, use_cache=False)
-    logits = out.logits[:, :-1, :].float() / temperature  # position t predicts token t + 1
-    targets = batch.response_ids
+    # position t predicts token t + 1
+    return token_log_probs(out.logits[:, :-1, :], batch.response_ids, batch.response_mask, temperature, with_entropy)
+
+
+def token_log_probs(
+    logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log softmax(logits / T) at `targets` as gather − logsumexp (no [B, L, V] log-prob tensor), 0 off `mask`;
+    shared by `response_log_probs` and the shared-prefix passes, so the two paths agree to rounding."""
+    logits = logits.float() / temperature
     log_z = torch.logsumexp(logits, dim=-1)
     log_probs = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_z
-    mask = batch.response_mask.bool()
+    mask = mask.bool()
     log_probs = torch.where(mask, log_probs, torch.zeros_like(log_probs))
     entropy = None
     if with_entropy:
         entropy = log_z - (torch.softmax(logits, dim=-1) * logits).sum(-1)
         entropy = torch.where(mask, entropy, torch.zeros_like(entropy))
     return log_probs, entropy
+
+
+def check_temperature(temperature: float) -> None:
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 for log-probs, got {temperature}")
 
 
 class VisionPassCounter:

@@ -38,6 +38,7 @@ import torch
 from transformers import PreTrainedModel
 
 from evr1.models.adapter import ModelBatch, PromptInputs, VisionLanguageAdapter
+from evr1.models.runtime import check_temperature, token_log_probs
 
 PIXEL_KEYS = ("pixel_values", "pixel_values_videos")
 GRID_KEYS = ("image_grid_thw", "video_grid_thw", "second_per_grid_ts")
@@ -119,28 +120,6 @@ def _model_inputs(batch: ModelBatch, visual: VisualFeatures | None) -> dict[str,
     return inputs
 
 
-def token_log_probs(
-    logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, temperature: float, with_entropy: bool
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log softmax(logits / T) at `targets` as gather − logsumexp (no [B, L, V] log-prob tensor), 0 off `mask`;
-    the same arithmetic as `runtime.response_log_probs`, so the two paths agree to rounding."""
-    logits = logits.float() / temperature
-    log_z = torch.logsumexp(logits, dim=-1)
-    log_probs = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_z
-    mask = mask.bool()
-    log_probs = torch.where(mask, log_probs, torch.zeros_like(log_probs))
-    entropy = None
-    if with_entropy:
-        entropy = log_z - (torch.softmax(logits, dim=-1) * logits).sum(-1)
-        entropy = torch.where(mask, entropy, torch.zeros_like(entropy))
-    return log_probs, entropy
-
-
-def _check_temperature(temperature: float) -> None:
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0 for log-probs, got {temperature}")
-
-
 def response_log_probs_with_visual(
     model: PreTrainedModel, batch: ModelBatch, visual: VisualFeatures, *, temperature: float = 1.0,
     with_entropy: bool = False,
@@ -148,7 +127,7 @@ def response_log_probs_with_visual(
     """`runtime.response_log_probs` with the vision tower replaced by precomputed `visual` features
     (one entry per image / video of `batch`, in batch order: `encode_visual(...).repeat(n)` for a
     prompt repeated n times). Same [B, Lr] result; the tower is not called."""
-    _check_temperature(temperature)
+    check_temperature(temperature)
     lr, b = batch.response_mask.shape[1], batch.input_ids.shape[0]
     if lr == 0:
         empty = batch.input_ids.new_zeros((b, 0), dtype=torch.float32)
@@ -266,7 +245,7 @@ def grouped_response_log_probs(
     (deferred prompts; e.g. bf16). Every call runs exactly two model forwards (prompt, then the n
     responses), even when every response is empty, so ranks stay in step under FSDP2.
     """
-    _check_temperature(temperature)
+    check_temperature(temperature)
     if not responses:
         raise ValueError("grouped_response_log_probs: no responses for the prompt")
     device = _device_of(model)
