@@ -134,7 +134,8 @@ def test_a_hub_id_in_model_path_is_refused_at_config_time(tmp_path, monkeypatch)
         load_config(ROOT / "conf" / "nightly.yaml", ["model.path=Qwen/Qwen3-VL-8B-Instruct"])
     (tmp_path / "Qwen" / "Qwen3-VL-8B-Instruct").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)  # the same spelling names a folder here: accepted as one
-    assert load_config(ROOT / "conf" / "nightly.yaml", ["model.path=Qwen/Qwen3-VL-8B-Instruct"]).model.path
+    cfg = load_config(ROOT / "conf" / "nightly.yaml", ["model.path=Qwen/Qwen3-VL-8B-Instruct"])
+    assert cfg.model.path == "Qwen/Qwen3-VL-8B-Instruct"
 
 
 @pytest.mark.e2e

@@ -42,7 +42,8 @@ def test_calls_spread_over_replicas_one_at_a_time_each():
     outs = asyncio.run(main())
     assert [o[0][0].text.split(":")[1] for o in outs] == [f"p{k}" for k in range(8)]
     assert pool.calls == [4, 4] and all(r.most == 1 for r in replicas)
-    assert asyncio.run(main())  # a second event loop works too (locks are per loop)
+    again = asyncio.run(main())  # a second event loop works too (locks are per loop)
+    assert [o[0][0].text.split(":")[1] for o in again] == [f"p{k}" for k in range(8)] and pool.calls == [8, 8]
 
 
 def test_blocking_generate_splits_in_order():

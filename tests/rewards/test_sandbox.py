@@ -16,7 +16,11 @@ import pytest
 from evr1.rewards import sandbox
 from evr1.rewards.sandbox import SandboxUnavailable, run_python_tests
 
-needs_bwrap = pytest.mark.skipif(sandbox.missing_mechanism() is not None, reason="no bubblewrap on this machine")
+# `make install` installs bubblewrap (as root). Under CI these tests never skip: without it they run
+# and fail, so a missing install step shows. A developer's machine without it skips them, saying why.
+_MISSING = sandbox.missing_mechanism()
+needs_bwrap = pytest.mark.skipif(_MISSING is not None and not os.environ.get("CI"),
+                                 reason=f"code sandbox unavailable here: {_MISSING}")
 
 ADD = "def add(a, b):\n    return a + b\n"
 TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(2, 2) == 5"]
