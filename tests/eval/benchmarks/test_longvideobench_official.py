@@ -1,21 +1,15 @@
 """longvideobench: the official extraction's value on each output, and evr1's.
 
-The `official` column was produced by running the official code itself outside the project (a
-scratch copy run with plain Python, the output first passed through lmms-eval's
-lmms_eval/api/reasoning.py strip_reasoning_tags with the CLI default tags):
+Official values from (how they were made: `official.py`):
     EvolvingLMMs-Lab/lmms-eval @ 75571cfe0fa36ca5ec2e6aa2bb268f9d38295af3
     lmms_eval/tasks/longvideobench/utils.py parse_multi_choice_response (random.choice replaced by the marker '<random>').
-evr1 must agree on every row except those in `DEVIATIONS`, each of which is a listed deviation of the
-benchmark (or of the `official` profile's reasoning-tag handling) and gives evr1's value.
-The rows cover dashes, clock formats, letter case, phrase lists in several languages, `<answer>`
-tags and `<think>` blocks.
 """
-
-import pytest
 
 from evr1.eval.prompting import strip_reasoning
 from evr1.eval.benchmarks.longvideobench import PREFIXES
 from evr1.eval.extractors.lmms import classic
+
+from tests.eval.benchmarks.official import agreement_test
 
 TABLE = [
     ('B', 'B'),
@@ -70,8 +64,6 @@ TABLE = [
     ('I choose A over B', 'A'),
 ]
 
-TABLE_OFFICIAL = dict(TABLE)
-
 DEVIATIONS = {
     'Answer: C': 'C',
     'Answer: (D) because': 'D',
@@ -84,6 +76,4 @@ def ours(text):
     return classic(strip_reasoning(text), "ABCDE", prefixes=PREFIXES) or "<random>"
 
 
-@pytest.mark.parametrize("text, official", TABLE)
-def test_agrees_with_official(text, official):
-    assert ours(text) == DEVIATIONS.get(text, official)
+test_agrees_with_official = agreement_test(ours, TABLE, DEVIATIONS)

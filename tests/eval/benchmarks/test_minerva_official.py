@@ -1,20 +1,14 @@
 """minerva: the official extraction's value on each output, and evr1's.
 
-The `official` column was produced by running the official code itself outside the project (a
-scratch copy run with plain Python, the output first passed through lmms-eval's
-lmms_eval/api/reasoning.py strip_reasoning_tags with the CLI default tags):
+Official values from (how they were made: `official.py`):
     EvolvingLMMs-Lab/lmms-eval @ 75571cfe0fa36ca5ec2e6aa2bb268f9d38295af3
     lmms_eval/tasks/minerva/utils.py _extract_choice_letter ('' is where minerva_process_results picks a random letter).
-evr1 must agree on every row except those in `DEVIATIONS`, each of which is a listed deviation of the
-benchmark (or of the `official` profile's reasoning-tag handling) and gives evr1's value.
-The rows cover dashes, clock formats, letter case, phrase lists in several languages, `<answer>`
-tags and `<think>` blocks.
 """
-
-import pytest
 
 from evr1.eval.prompting import strip_reasoning
 from evr1.eval.extractors.minerva import extract
+
+from tests.eval.benchmarks.official import agreement_test
 
 TABLE = [
     ('B', 'B'),
@@ -75,8 +69,6 @@ TABLE = [
     ('Therefore, the final answer is: (B)', 'B'),
 ]
 
-TABLE_OFFICIAL = dict(TABLE)
-
 DEVIATIONS = {
 
 }
@@ -86,6 +78,4 @@ def ours(text):
     return extract(strip_reasoning(text))
 
 
-@pytest.mark.parametrize("text, official", TABLE)
-def test_agrees_with_official(text, official):
-    assert ours(text) == DEVIATIONS.get(text, official)
+test_agrees_with_official = agreement_test(ours, TABLE, DEVIATIONS)

@@ -1,14 +1,8 @@
 """videommmu: the official extraction's value on each output, and evr1's.
 
-The `official` column was produced by running the official code itself outside the project (a
-scratch copy run with plain Python, the output first passed through lmms-eval's
-lmms_eval/api/reasoning.py strip_reasoning_tags with the CLI default tags):
+Official values from (how they were made: `official.py`):
     EvolvingLMMs-Lab/VideoMMMU @ 88b4ac3e07326eaabda3a4afe8e7f30dd02bc143
     lmms_eval/tasks/videommmu/utils.py parse_multi_choice_response (options A–E: ['a red car', 'a blue truck', 'the dog', 'nothing', 'a cat']).
-evr1 must agree on every row except those in `DEVIATIONS`, each of which is a listed deviation of the
-benchmark (or of the `official` profile's reasoning-tag handling) and gives evr1's value.
-The rows cover dashes, clock formats, letter case, phrase lists in several languages, `<answer>`
-tags and `<think>` blocks.
 """
 
 import pytest
@@ -18,6 +12,8 @@ from evr1.eval.extractors.mmmu import parse_multi_choice
 
 TEXTS = ['a red car', 'a blue truck', 'the dog', 'nothing', 'a cat']
 from evr1.eval.extractors.mmmu import eval_open, parse_open_response
+
+from tests.eval.benchmarks.official import agreement_test
 
 TABLE = [
     ('B', 'B'),
@@ -80,8 +76,6 @@ TABLE = [
     ('I would say A is right', 'A'),
 ]
 
-TABLE_OFFICIAL = dict(TABLE)
-
 DEVIATIONS = {
 
 }
@@ -91,9 +85,7 @@ def ours(text):
     return parse_multi_choice(strip_reasoning(text), "ABCDE", TEXTS) or ("API Error" if not strip_reasoning(text) else "No Answere Found")
 
 
-@pytest.mark.parametrize("text, official", TABLE)
-def test_agrees_with_official(text, official):
-    assert ours(text) == DEVIATIONS.get(text, official)
+test_agrees_with_official = agreement_test(ours, TABLE, DEVIATIONS)
 
 
 # Numerical items: eval_open(gt, parse_open_response(text)) as the official code computes it.
