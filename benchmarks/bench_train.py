@@ -20,6 +20,14 @@ two FSDP2 ranks, the HF rollout engine) runs `--steps` GRPO steps with `--clips`
 
 Run:  PYTHONPATH=. .venv/bin/python benchmarks/bench_train.py [--steps 2] [--clips 2] [--n 4]
 Prints a Markdown table, then one JSON line.
+
+`--part packing` (issue 11) measures instead one micro-batch of prompts of mixed lengths (videos of
+8, 16, 32 and 64 frames at 384×672: about 1,000 to 8,000 tokens each, random frames: this is the
+pass's compute, not the data path) through the same model, forward and backward of the response
+log-probs, padded to the longest vs packed end to end (`evr1.models.packed`): tokens per second and
+padding share side by side, and the largest log-prob difference between the two.
+
+Run:  PYTHONPATH=. .venv/bin/python benchmarks/bench_train.py --part packing [--reps 3]
 """
 
 from __future__ import annotations
@@ -109,8 +117,57 @@ def load_rss(model_dir: Path, cfg, *, meta: bool) -> list[float]:
             ray.kill(r)
 
 
+def packing(args) -> None:
+    """Padded vs padding-free passes over one micro-batch of mixed-length video prompts (see the docstring)."""
+    import numpy as np
+    import torch
+
+    from evr1.models import load_model, response_log_probs
+    from evr1.models.packed import packed_response_log_probs, padding_share
+    from evr1.video.clip import VideoClip
+
+    torch.set_num_threads(os.cpu_count() or 2)
+    model_dir = args.workdir / f"model-{args.size}"
+    if not (model_dir / "config.json").exists():
+        make_tiny(FAMILY[args.size], model_dir, seed=0, **SIZES[args.size])
+    adapter, model = load_adapter(model_dir), load_model(model_dir).to(args.device)
+    rng = np.random.default_rng(0)
+    prompts = []
+    for t in (8, 16, 32, 64):
+        frames = rng.integers(0, 256, (t, 384, 672, 3), dtype=np.uint8)
+        clip = VideoClip(frames=frames, fps=2.0, frame_indices=list(range(0, 2 * t, 2)), total_frames=2 * t,
+                         duration=float(t))
+        prompts.append(adapter.encode_prompt("<video>\nWhat colour is the moving box?", videos=[clip], defer_media=True))
+    vocab = min(len(adapter.tokenizer), model.config.get_text_config().vocab_size) - 8
+    responses = [rng.integers(10, vocab, args.response_tokens).tolist() for _ in prompts]
+    batch = adapter.collate(prompts, responses).to(args.device)
+    lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
+    results = {}
+    for name, fn in (("padded", response_log_probs), ("padding_free", packed_response_log_probs)):
+        times = []
+        for _ in range(args.reps):
+            model.zero_grad(set_to_none=True)
+            t0 = time.perf_counter()
+            lp, _ = fn(model, batch, temperature=1.0)
+            (-lp.sum()).backward()
+            times.append(time.perf_counter() - t0)
+        results[name] = (statistics.median(times), lp.detach())
+    padded_s, packed_s = results["padded"][0], results["padding_free"][0]
+    out = {"part": "packing", "device": args.device, "size": args.size, "family": FAMILY[args.size],
+           "sequence_tokens": lengths, "useful_tokens": sum(lengths),
+           "padding_share": {"padded": round(padding_share(lengths), 4), "padding_free": 0.0},
+           "forward_backward_s": {"padded": round(padded_s, 3), "padding_free": round(packed_s, 3)},
+           "tokens_per_s": {"padded": round(sum(lengths) / padded_s, 1), "padding_free": round(sum(lengths) / packed_s, 1)},
+           "padding_free_speedup": round(padded_s / packed_s, 3),
+           "max_log_prob_diff": float((results["padded"][1] - results["padding_free"][1]).abs().max())}
+    print(json.dumps(out))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--part", choices=["trainer", "packing"], default="trainer")
+    ap.add_argument("--reps", type=int, default=3, help="--part packing: repetitions (median)")
+    ap.add_argument("--response-tokens", type=int, default=64, help="--part packing: tokens per response")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--clips", type=int, default=2, help="prompts per step (one clip each)")
     ap.add_argument("--n", type=int, default=4, help="responses per prompt")
@@ -126,6 +183,8 @@ def main() -> None:
     args = ap.parse_args()
     work = args.workdir
     work.mkdir(parents=True, exist_ok=True)
+    if args.part == "packing":
+        return packing(args)
     clips_dir = work / f"clips_{args.seconds}s_720p30"  # bench_cache.py's layout: its clips can be copied in
     clips_dir.mkdir(exist_ok=True)
     clips = [make_clip(clips_dir / f"clip{i}.mp4", args.seconds, seed=i) for i in range(args.clips)]

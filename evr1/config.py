@@ -90,6 +90,10 @@ class DataConfig(Section):
     # have; longer ones go to the rejects at ingestion with their length, and are refused again when
     # a prompt is built. Also capped by the model's positions minus rollout.max_new_tokens.
     max_prompt_tokens: int = Field(8192, ge=1)
+    # Mixed offline-online training (EasyVideoR1 §4.5): the record field holding a pre-collected
+    # trajectory (a string, the whole response text); with `has_offline_trajectory` true it replaces
+    # the last of the sample's n responses (algorithm.offline_ratio of such samples). None: off.
+    offline_key: str | None = None
 
     @model_validator(mode="after")
     def _has_source(self) -> "DataConfig":
@@ -159,6 +163,9 @@ class ModelConfig(Section):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     attn_implementation: str = "sdpa"
     gradient_checkpointing: bool = False
+    # Keep the vision tower's weights as loaded (EasyVideoR1's freeze_vision_tower): no gradients,
+    # no optimizer state, and its features are computed without a graph.
+    freeze_vision_tower: bool = False
 
     @model_validator(mode="after")
     def _has_model(self) -> "ModelConfig":
@@ -198,6 +205,9 @@ class AlgorithmConfig(Section):
     clip_ratio_high: float | None = None
     clip_ratio_dual: float | None = 3.0
     tau_positive: float | None = None
+    # Mixed offline-online: the share of samples with an offline trajectory whose n-th response is
+    # that trajectory (data.offline_key names the field). 0 turns the mode off.
+    offline_ratio: float = Field(0.0, ge=0.0, le=1.0)
     tau_negative: float | None = None
     loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] | None = None
     loss_scale_factor: float | None = None
@@ -296,6 +306,19 @@ class TrainerConfig(Section):
     # under model.gradient_checkpointing, which drops that cache under grad. Groups form inside a
     # micro-batch: micro_batch_size a multiple of rollout.n shares fully; 1 turns sharing off.
     share_prompt_prefix: bool = True
+    # Passes over packed sequences with per-sequence positions (no padding), where the model family
+    # supports it (Qwen2-VL, Qwen2.5-VL, Qwen3-VL; Qwen3.5's linear-attention layers stay padded).
+    padding_free: bool = True
+    # Micro-batches cut by tokens (prompt + response) instead of micro_batch_size responses; every rank
+    # runs the same number of passes. None: micro_batch_size responses per micro-batch.
+    max_tokens_per_micro_batch: int | None = Field(None, ge=1)
+    # Ulysses sequence parallelism: each sequence's tokens split over this many ranks (heads
+    # exchanged with all-to-all in attention). Must divide world_size; 1: off.
+    sequence_parallel: int = Field(1, ge=1)
+    # A table of a few prompts with their responses, rewards and advantages every N steps
+    # (MLflow `log_table`; a Prefect table artifact when run by the flow). 0: never.
+    log_rollouts_every: int = Field(1, ge=0)
+    rollout_table_rows: int = Field(8, ge=1)
     device: Literal["cpu", "cuda"] = "cpu"
     save_every: int = Field(0, ge=0)
     keep_last: int = Field(2, ge=1)
@@ -391,6 +414,11 @@ class Config(Section):
         if a.overlong_buffer_len > self.rollout.max_new_tokens:
             raise ValueError(f"algorithm: overlong_buffer_len ({a.overlong_buffer_len}) must not exceed "
                              f"rollout.max_new_tokens ({self.rollout.max_new_tokens})")
+        t = self.trainer
+        if t.world_size % t.sequence_parallel:
+            raise ValueError(f"trainer: sequence_parallel ({t.sequence_parallel}) must divide world_size ({t.world_size})")
+        if a.offline_ratio > 0 and not self.data.offline_key:
+            raise ValueError("algorithm: offline_ratio > 0 needs data.offline_key (the field holding the trajectories)")
         if a.use_kl_in_reward and a.adv_estimator == "gdpo":
             raise ValueError("algorithm: use_kl_in_reward does not combine with adv_estimator gdpo "
                              "(GDPO normalises separate reward components, not token rewards)")

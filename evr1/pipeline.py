@@ -13,6 +13,7 @@ import os
 import sys
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from evr1 import lineage, progress
@@ -198,7 +199,7 @@ def stage_ingest(cfg: Config, *, run_key: str | None = None) -> StageResult:
                 continue
             reports.append(ingest(files, samples_uri, rejects_uri, split=split, data_root=root,
                                   resolve_problem_type=rewards.resolve, check_media_exists=d.check_media_exists,
-                                  mode=mode, prompt_limit=prompt_limit))
+                                  mode=mode, prompt_limit=prompt_limit, offline_key=d.offline_key))
         read = sum(r.read for r in reports)
         accepted = sum(r.accepted for r in reports)
         rejected = sum(r.rejected for r in reports)
@@ -313,8 +314,12 @@ def stage_cache_benchmarks(cfg: Config, model: StageResult, benchmarks: list[str
 
 
 def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: StageResult, *,
-                run_key: str | None = None) -> StageResult:
-    """GRPO on Ray; the checkpoint lands under <run>/checkpoints."""
+                run_key: str | None = None,
+                on_table: Callable[[str, list[dict]], None] | None = None) -> StageResult:
+    """GRPO on Ray; the checkpoint lands under <run>/checkpoints.
+
+    The readable rollout and validation tables go to MLflow and to `on_table(artifact_file, rows)`
+    (the Prefect task makes table artifacts of them)."""
     from evr1.data.ingest import read_samples
     from evr1.rewards.sandbox import allow_unsandboxed
     from evr1.train.trainer import train
@@ -341,11 +346,18 @@ def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: S
             tr.log_metrics({k: v for k, v in m.items() if s > done.get(k, 0)}, step=s)
             bars(m, s)
 
+        def log_table(name: str, table: list[dict]) -> None:
+            if not table or table[0]["step"] <= done.get("reward/overall", 0):  # logged at every RL step
+                return  # logged by the killed run this one continues (MLflow would append the rows again)
+            tr.log_table(table, name)
+            if on_table is not None:
+                on_table(name, table)
+
         _input(tr, samples.uri, samples.version, "samples", "training")
         _input(tr, frames.uri, frames.version, "frames", "training")
         try:
             result = train(cfg, samples=rows, frames_uri=frames.uri or None, model_dir=Path(model.uri),
-                           out_dir=out_dir, val_samples=val_rows, log_metrics=log_metrics)
+                           out_dir=out_dir, val_samples=val_rows, log_metrics=log_metrics, log_table=log_table)
         finally:
             bars.close(ok=sys.exc_info()[0] is None)
         tr.log_dict({"history": result.history}, "train_history.json")

@@ -153,6 +153,12 @@ class Tracker:
         if self.enabled:
             mlflow.log_dict(dict(data), name)
 
+    def log_table(self, rows: list[Mapping[str, Any]], artifact_file: str) -> None:
+        """Rows of one table (same keys) as an MLflow table artifact: the UI's evaluation view shows it.
+        MLflow appends to an existing `artifact_file`, so log each file once."""
+        if self.enabled and rows:
+            mlflow.log_table(data={k: [r.get(k) for r in rows] for k in rows[0]}, artifact_file=artifact_file)
+
     def log_text(self, text: str, name: str) -> None:
         if self.enabled:
             mlflow.log_text(text, name)

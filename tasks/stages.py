@@ -149,7 +149,15 @@ def cache(cfg: Config, samples: StageResult, base_model: StageResult) -> StageRe
 @_watched
 def train(cfg: Config, samples: StageResult, frames: StageResult, base_model: StageResult) -> StageResult:
     """GRPO training on Ray; returns the checkpoint reference."""
-    return pipeline.stage_train(cfg, samples, frames, base_model, run_key=_run_key())
+    return pipeline.stage_train(cfg, samples, frames, base_model, run_key=_run_key(), on_table=_rollout_table)
+
+
+def _rollout_table(artifact_file: str, rows: list[dict]) -> None:
+    """A training table (`rollouts/step_000042.json`, `validation/...`) as a Prefect table artifact: one
+    key per kind (`train-rollouts`, `train-validation`), a new version each step."""
+    kind, _, name = artifact_file.partition("/")
+    create_table_artifact(key=_artifact_key(f"train-{kind}"), table=rows,
+                          description=f"{kind} at step {rows[0]['step']} ({name}): prompt, response, rewards")
 
 
 @task(**_cached("merge"))

@@ -135,12 +135,14 @@ def ingest(
     check_media_exists: bool = True,
     mode: WriteMode = "overwrite",
     prompt_limit: PromptLimit | None = None,
+    offline_key: str | None = None,
 ) -> IngestReport:
     """Validate every record of `sources` and write the Lance `samples` and `rejects` tables.
 
     Relative media paths join `data_root`, or the source file's directory when no root is given;
     with a root, a path resolving outside it is rejected. `resolve_problem_type` maps a raw type to
-    its canonical name, or None for an unknown type (rejected). Raises DatasetSourceError (one line
+    its canonical name, or None for an unknown type (rejected). With `offline_key` (mixed offline-online
+    training), a record whose `has_offline_trajectory` is true needs a non-empty string there. Raises DatasetSourceError (one line
     naming the file) for an unreadable source, and EmptyDatasetError when nothing is accepted.
     """
     if mode not in ("overwrite", "append"):
@@ -171,6 +173,7 @@ def ingest(
                 data_root=root,
                 check_media_exists=check_media_exists,
                 resolve_problem_type=resolve_problem_type,
+                offline_key=offline_key,
             )
         try:
             draft = validate_record(rec.value, ctx)

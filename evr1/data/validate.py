@@ -55,6 +55,8 @@ class Context:
     data_root: Path | None
     check_media_exists: bool
     resolve_problem_type: ProblemTypeResolver
+    # data.offline_key: the field holding a pre-collected trajectory (mixed offline-online); None: not checked.
+    offline_key: str | None = None
 
 
 @dataclass
@@ -284,6 +286,27 @@ def check_media(d: Draft, ctx: Context) -> None:
         setattr(d, key, resolved)
 
 
+def check_offline(d: Draft, ctx: Context) -> None:
+    """Mixed offline-online training: a record that says it has a trajectory must carry its text, or the
+    trainer would silently train it online only (EasyVideoR1 reads a missing one as "")."""
+    flag = d.record.get("has_offline_trajectory")
+    if ctx.offline_key is None or flag is None:
+        return
+    if not isinstance(flag, bool):
+        message = f"field 'has_offline_trajectory' must be true or false, got {_json_type(flag)} {flag!r}"
+        raise RecordError("wrong_type", "has_offline_trajectory", message)
+    if not flag:
+        return
+    key = ctx.offline_key
+    text = d.record.get(key)
+    if text is None:
+        raise RecordError("missing_field", key, f"field {key!r} is missing but 'has_offline_trajectory' is true")
+    if not isinstance(text, str):
+        raise RecordError("wrong_type", key, f"field {key!r} (the offline trajectory) must be a string, got {_json_type(text)}")
+    if not text.strip():
+        raise RecordError("missing_field", key, f"field {key!r} is empty but 'has_offline_trajectory' is true")
+
+
 #: Order matters: types before derived checks, the (slow) filesystem last.
 CHECKS: tuple[Callable[[Draft, Context], None], ...] = (
     check_text,
@@ -294,6 +317,7 @@ CHECKS: tuple[Callable[[Draft, Context], None], ...] = (
     check_data_type,
     check_placeholders,
     check_options,
+    check_offline,
     check_media,
 )
 

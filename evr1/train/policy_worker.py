@@ -25,17 +25,16 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from evr1 import rl
 from evr1.models import grouped_response_log_probs, load_adapter, response_log_probs
+from evr1.models.packed import packed_response_log_probs, supports_packing
 from evr1.models.runtime import VisionPassCounter
+from evr1.train.precision import precision
 from evr1.train.prompt_prep import READ_ERRORS, PromptPrep, ReaderSpec, row_key
 from evr1.train.rollout_worker import peak_rss_mb
 from evr1.train.sharded_load import build_replicated, build_sharded
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
 
 @dataclass
 class Shard:
@@ -63,6 +62,9 @@ class Shard:
     # runs as many forwards) for the log-prob passes and for the update; empty: unshared passes.
     log_prob_calls: list[int] = field(default_factory=list)
     update_calls: list[int] = field(default_factory=list)
+    # Micro-batches cut by a token budget (`evr1.train.micro_batches`): per mini-batch, [start, stop)
+    # of each micro-batch, as many on every rank; empty: micro_batch_size responses each.
+    micro: list[list[tuple[int, int]]] = field(default_factory=list)
 
 
 def micro_slices(rows: int, micro: int, mini: int = 0) -> list[tuple[int, int]]:
@@ -70,6 +72,20 @@ def micro_slices(rows: int, micro: int, mini: int = 0) -> list[tuple[int, int]]:
     size = mini or rows
     return [(i, min(i + micro, end)) for start in range(0, rows, size) for end in [min(start + size, rows)]
             for i in range(start, end, micro)]
+
+
+def shard_slices(shard: Shard, micro: int, mini: int = 0) -> list[list[tuple[int, int]]]:
+    """Per mini-batch, the [start, stop) of each micro-batch: the driver's token-budget cuts when it
+    made them, else `micro` responses each."""
+    if shard.micro:
+        return shard.micro
+    size = mini or len(shard.rows) or 1
+    out: list[list[tuple[int, int]]] = []
+    for a, b in micro_slices(len(shard.rows), micro, mini):
+        if a % size == 0:
+            out.append([])
+        out[-1].append((a, b))
+    return out
 
 
 def prompt_runs(keys: list[str]) -> list[tuple[int, int]]:
@@ -85,12 +101,13 @@ def prompt_runs(keys: list[str]) -> list[tuple[int, int]]:
 
 def grouped_calls(shards: list[Shard], micro: int, mini: int = 0) -> list[int]:
     """Per micro-batch, the most prompt groups any rank has in it: every rank makes that many calls."""
-    per_rank = [[len(prompt_runs([row_key(r) for r in s.rows[a:b]])) for a, b in micro_slices(len(s.rows), micro, mini)]
+    per_rank = [[len(prompt_runs([row_key(r) for r in s.rows[a:b]]))
+                 for cuts in shard_slices(s, micro, mini) for a, b in cuts]
                 for s in shards]
     return [max(calls) for calls in zip(*per_rank)]
 
 
-def shard_model(model: torch.nn.Module, mesh) -> None:
+def shard_model(model: torch.nn.Module, mesh, policy: MixedPrecisionPolicy | None = None) -> None:
     """Shard each language-model block (the classes HF marks as not to be split), then the root.
 
     The vision tower stays in the root unit on purpose: the model calls it once for images and
@@ -99,10 +116,11 @@ def shard_model(model: torch.nn.Module, mesh) -> None:
     mismatch). In the root unit it is gathered once per forward, whatever the media.
     """
     block_names = {name for name in (getattr(model, "_no_split_modules", None) or []) if "Vision" not in name}
+    options = {"mesh": mesh, **({"mp_policy": policy} if policy is not None else {})}
     for module in model.modules():
         if type(module).__name__ in block_names:
-            fully_shard(module, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+            fully_shard(module, **options)
+    fully_shard(model, **options)
 
 
 class PolicyWorker:
@@ -132,26 +150,30 @@ class PolicyWorker:
                                 timeout=timedelta(seconds=options["collective_timeout_s"]))
         mesh = init_device_mesh(device, (self.world_size,))
         torch.manual_seed(options["seed"])
-        dtype = DTYPES[options["dtype"]]
+        prec = precision(options["dtype"], device)
         self.adapter = load_adapter(self.model_dir)
         self.prep = PromptPrep(self.adapter, self.spec, limit=options.get("prefetch_prompts", 64)) if self.spec else None
-        self.dtype = dtype
+        self.dtype = prec.compute  # pixel values enter the model in the dtype it computes in
+        self.frozen_vision = bool(options.get("freeze_vision_tower"))
+        self.packed = bool(options.get("padding_free", True)) and supports_packing(self.adapter.family.name)
 
         def policy(m):
             m.train()
             if options.get("gradient_checkpointing"):
                 m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if self.frozen_vision:
+                m.model.visual.requires_grad_(False)  # no gradients, no optimizer state, no saved activations
 
         # Rank 0 reads the checkpoint, the others build on the meta device: one host copy per node.
-        build = dict(rank=self.rank, dtype=dtype, attn_implementation=options["attn_implementation"], device=device,
-                     shard=lambda m: shard_model(m, mesh))
+        build = dict(rank=self.rank, dtype=prec.storage, attn_implementation=options["attn_implementation"],
+                     device=device, shard=lambda m: shard_model(m, mesh, prec.policy))
         builder = build_sharded if options.get("meta_init", True) else build_replicated
         self.model = builder(self.model_dir, prepare=policy, **build)
         self.ref = None
         if options["needs_reference"]:
             self.ref = builder(self.model_dir, prepare=lambda m: m.eval().requires_grad_(False), **build)
         self.vision_passes = [VisionPassCounter(m) for m in (self.model, self.ref) if m is not None]
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=options["lr"], betas=tuple(options["betas"]),
+        self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=options["lr"], betas=tuple(options["betas"]),
                                            weight_decay=options["weight_decay"])
         self.device = device
 
@@ -182,22 +204,23 @@ class PolicyWorker:
         while it is used (`_on_device`), so a step's media never sit on the accelerator all at once.
         """
         out: list[list[tuple]] = []
-        size = mini or len(shard.responses)
-        for i, stop in micro_slices(len(shard.responses), self.o["micro_batch_size"], mini):
-            if i % size == 0:
-                out.append([])
-            prompts, readable = zip(*(self._prompt(row) for row in shard.rows[i:stop]))
-            batch = self.adapter.collate(list(prompts), shard.responses[i:stop])
-            for row, ok in enumerate(readable):
-                if not ok:
-                    batch.response_mask[row] = 0
-            shape = batch.response_mask.shape
-            values = [_padded(rows[i:stop], shape) if rows else None
-                      for rows in (shard.advantages, shard.old_log_probs, shard.ref_log_probs)]
-            groups = [(prompts[a], shard.responses[i + a:i + b])
-                      for a, b in prompt_runs([row_key(r) for r in shard.rows[i:stop]])]
-            out[-1].append((batch, *values, [len(r) for r in shard.responses[i:stop]], groups))
+        for cuts in shard_slices(shard, self.o["micro_batch_size"], mini):
+            out.append([self._micro_batch(shard, i, stop) for i, stop in cuts])
         return out
+
+    def _micro_batch(self, shard: Shard, i: int, stop: int) -> tuple:
+        """Responses [i, stop) of the shard as one micro-batch (see `_micro_batches`)."""
+        prompts, readable = zip(*(self._prompt(row) for row in shard.rows[i:stop]))
+        batch = self.adapter.collate(list(prompts), shard.responses[i:stop])
+        for row, ok in enumerate(readable):
+            if not ok:
+                batch.response_mask[row] = 0
+        shape = batch.response_mask.shape
+        values = [_padded(rows[i:stop], shape) if rows else None
+                  for rows in (shard.advantages, shard.old_log_probs, shard.ref_log_probs)]
+        groups = [(prompts[a], shard.responses[i + a:i + b])
+                  for a, b in prompt_runs([row_key(r) for r in shard.rows[i:stop]])]
+        return (batch, *values, [len(r) for r in shard.responses[i:stop]], groups)
 
     def _on_device(self, item: tuple, *, media: bool = True) -> tuple:
         """The micro-batch's tensors on the device; `media` False leaves the frames unprepared (the
@@ -228,8 +251,10 @@ class PolicyWorker:
             return torch.where(mask, full, torch.zeros_like(full))  # unreadable rows weigh nothing
         return rows(0), (rows(1) if with_entropy else None), zero
 
-    def _log_probs(self, model, batch, with_entropy=False):
-        return response_log_probs(model, batch, temperature=self.o["temperature"], with_entropy=with_entropy)
+    def _log_probs(self, model, batch, with_entropy=False, temperature=None):
+        """Unshared log-probs of a micro-batch: packed (padding-free) where the family allows it."""
+        fn = packed_response_log_probs if self.packed else response_log_probs
+        return fn(model, batch, temperature=temperature or self.o["temperature"], with_entropy=with_entropy)
 
     # -- the step ----------------------------------------------------------------------------------
 
@@ -314,7 +339,7 @@ class PolicyWorker:
             loss = loss - self.o["entropy_coeff"] * rl.aggregate_loss(entropy.float(), mask, agg, **counts)
         metrics["actor/entropy"] = float(rl.masked_mean(entropy.detach().float(), mask))
         loss = loss + zero
-        if not _has_media(batch):
+        if not _has_media(batch) and not self.frozen_vision:
             loss = loss + 0.0 * self._visual_dummy()
         # The loss is already normalised by global counts; FSDP2 averages gradients over ranks,
         # so multiplying by the world size turns that average into the exact global sum.
@@ -338,10 +363,10 @@ class PolicyWorker:
         total = 0.0
         for item in (self._micro_batches(shard) or [[]])[0]:
             batch = self._on_device(item)[0]
-            log_probs, _ = response_log_probs(self.model, batch, temperature=1.0)
+            log_probs, _ = self._log_probs(self.model, batch, temperature=1.0)
             nll = rl.aggregate_loss(-log_probs.float(), batch.response_mask, "token-mean",
                                     global_token_count=shard.global_token_count)
-            if not _has_media(batch):
+            if not _has_media(batch) and not self.frozen_vision:
                 nll = nll + 0.0 * self._visual_dummy()
             (nll * self.world_size).backward()  # see `step`: FSDP2 averages over ranks
             total += float(nll.detach())

@@ -2,7 +2,9 @@
 
 With DAPO dynamic sampling, groups that cannot teach anything (all responses scored alike) are
 dropped and more prompts are drawn until the step has `prompts_per_step` informative groups or the
-draw budget is spent. ReMax adds a greedy response per prompt whose score is the baseline.
+draw budget is spent. ReMax adds a greedy response per prompt whose score is the baseline. In mixed
+offline-online mode a sample's pre-collected trajectory replaces the last of its n responses
+(evr1/train/offline.py) before anything is scored.
 
 The driver sends the rollout worker sample rows; the worker reads and encodes them and answers which
 were readable (`prepare`), so a sample whose media cannot be read is skipped and counted here.
@@ -19,6 +21,7 @@ import torch
 from evr1 import rl
 from evr1.config import Config
 from evr1.data.ingest import reward_sample
+from evr1.train import offline as offline_mix
 from evr1.train.messages import MessageLog
 from evr1.train.prompt_source import PromptSource
 
@@ -35,6 +38,7 @@ class Rollout:
     scores: list[dict] = field(default_factory=list)
     truncated: list[bool] = field(default_factory=list)
     baseline: list[float] = field(default_factory=list)  # remax: the greedy response's score
+    offline: list[bool] = field(default_factory=list)  # mixed offline-online mode only: a trajectory, not generated
 
     def __len__(self) -> int:
         return len(self.responses)
@@ -55,7 +59,7 @@ class Rollout:
         return list(dict.fromkeys(self.groups))
 
 
-FIELDS = ("rows", "prompt_tokens", "responses", "texts", "groups", "scores", "truncated", "baseline")
+FIELDS = ("rows", "prompt_tokens", "responses", "texts", "groups", "scores", "truncated", "baseline", "offline")
 Scorer = Callable[[list[str], list[dict]], tuple[list[dict], dict]]
 
 
@@ -92,22 +96,31 @@ def draw_readable(source: PromptSource, rollout_actor, size: int, metrics: dict,
 Announce = Callable[[list[dict]], None]
 
 
-def _draw(cfg: Config, rollout_actor, source: PromptSource, adapter, score: Scorer, *, seed: int,
+def _draw(cfg: Config, rollout_actor, source: PromptSource, adapter, score: Scorer, *, seed: int, step: int,
           first_group: int, metrics: dict, messages: MessageLog, announce: Announce) -> Rollout:
     ro = cfg.rollout
+    mixing = bool(cfg.data.offline_key) and cfg.algorithm.offline_ratio > 0
     batch, handles, lengths = draw_readable(source, rollout_actor, cfg.trainer.prompts_per_step, metrics, messages)
     announce(batch)  # the policy ranks start reading these while the rollout generates
     groups_out = ray.get(messages.call(rollout_actor.generate_prepared, handles, _sampling(cfg, seed)))
     out = Rollout()
     samples = []
     for i, (sample, group) in enumerate(zip(batch, groups_out)):
-        for g in group:
+        # Chosen from (seed, step, sample): the same samples get their trajectory on a resumed run.
+        traj = offline_mix.pick(sample, adapter, key=cfg.data.offline_key, ratio=cfg.algorithm.offline_ratio,
+                                seed=cfg.run.seed, step=step, max_new_tokens=ro.max_new_tokens) if mixing else None
+        for j, g in enumerate(group):
+            swap = traj is not None and j == len(group) - 1  # the n-th response becomes the trajectory
+            if swap:
+                g = {"token_ids": traj.token_ids, "text": traj.text, "finish_reason": "length" if traj.truncated else "stop"}
             out.rows.append(sample)
             out.prompt_tokens.append(lengths[i])
             out.responses.append(g["token_ids"] or [adapter.pad_token_id])
             out.texts.append(g["text"])
             out.groups.append(first_group + i)  # per prompt slot: a repeated sample is not one merged group
             out.truncated.append(g["finish_reason"] == "length")
+            if mixing:
+                out.offline.append(swap)
             samples.append(reward_sample(sample))
     out.scores, reward_metrics = score(out.texts, samples)
     for k, v in (reward_metrics or {}).items():
@@ -139,7 +152,7 @@ def collect(cfg: Config, rollout_actor, source: PromptSource, adapter, score: Sc
     while True:
         draws += 1
         drawn = _draw(cfg, rollout_actor, source, adapter, score,
-                      seed=cfg.run.seed * 100003 + step * 101 + draws, first_group=(draws - 1) * t.prompts_per_step,
+                      seed=cfg.run.seed * 100003 + step * 101 + draws, step=step, first_group=(draws - 1) * t.prompts_per_step,
                       metrics=metrics, messages=messages, announce=announce)
         generated.extend(drawn)
         if not a.dynamic_sampling:

@@ -24,12 +24,16 @@ from evr1.data.ingest import reward_sample
 from evr1.models import load_adapter
 from evr1.train import checkpoint as ckpt_io
 from evr1.train.messages import MessageLog
-from evr1.train.policy_worker import PolicyWorker, Shard, grouped_calls
-from evr1.train.prompt_prep import ReaderSpec
+from evr1.models.packed import supports_packing
+from evr1.train import micro_batches
+from evr1.train.policy_worker import PolicyWorker, Shard, grouped_calls, shard_slices
+from evr1.train.prompt_prep import ReaderSpec, row_key
 from evr1.train.prompt_source import Cursor, PromptSource
 from evr1.train.ray_utils import ensure_ray
-from evr1.train.rollout import Rollout, collect, draw_readable
+from evr1.train.rollout import FIELDS, Rollout, collect, draw_readable
+from evr1.train.rollout_table import RolloutTables, TableSink
 from evr1.train.rollout_worker import RolloutWorker
+from evr1.train import offline
 from evr1.train.schedule import lr_at
 
 
@@ -60,6 +64,7 @@ def _worker_options(cfg: Config) -> dict:
         "betas": list(t.betas), "weight_decay": t.weight_decay, "grad_clip": t.grad_clip,
         "lr": t.lr, "warmup_lr": t.warmup_lr or t.lr, "micro_batch_size": t.micro_batch_size,
         "ppo_epochs": t.ppo_epochs, "prefetch_prompts": t.prefetch_prompts,
+        "padding_free": t.padding_free, "freeze_vision_tower": cfg.model.freeze_vision_tower,
         # Log-probs are taken at the sampling temperature, as the rollout drew them (greedy: 1).
         "temperature": cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0,
     }
@@ -152,8 +157,10 @@ def gather(refs: list, cluster: _Cluster | None = None) -> list:
 
 def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir: Path, out_dir: Path,
           log_metrics: Callable[[dict, int], None] = lambda m, s: None,
-          val_samples: list[dict] | None = None) -> TrainResult:
-    """Run `cfg.trainer.steps` GRPO steps from `model_dir`; resume from `out_dir` when it holds a checkpoint."""
+          val_samples: list[dict] | None = None, log_table: TableSink | None = None) -> TrainResult:
+    """Run `cfg.trainer.steps` GRPO steps from `model_dir`; resume from `out_dir` when it holds a checkpoint.
+
+    `log_table(artifact_file, rows)` receives the readable rollout and validation tables (evr1/train/rollout_table.py)."""
     t = cfg.trainer
     out_dir.mkdir(parents=True, exist_ok=True)
     ensure_ray(cfg.orchestration.ray_address, num_cpus=cfg.orchestration.ray_num_cpus,
@@ -184,13 +191,15 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
         cluster.messages.call(cluster.rollout.prefetch, source.peek(t.prompts_per_step))
         cluster.sync_weights()
         step = state["step"]
+        tables = RolloutTables(log_table, t.log_rollouts_every, t.rollout_table_rows)
         while step < t.steps:
             step += 1
-            metrics = _one_step(cfg, cluster, source, adapter, score, step, kl_ctrl)
+            metrics = _one_step(cfg, cluster, source, adapter, score, step, kl_ctrl, tables=tables)
             if val_samples and t.val_every and (step % t.val_every == 0 or step == t.steps):
-                metrics.update(validate(cfg, cluster, val_samples, adapter, score))
+                metrics.update(validate(cfg, cluster, val_samples, adapter, score, tables=tables))
             history.append({"step": step, **metrics})
             log_metrics(metrics, step)
+            tables.flush(step)
             if step == t.steps or (t.save_every and step % t.save_every == 0):
                 _save(cluster, out_dir, step, source, history, cfg, model_dir,
                       kl_coef=kl_ctrl.value if kl_ctrl is not None else None)
@@ -213,7 +222,8 @@ def _kl_controller(cfg: Config, value: float | None):
     return rl.FixedKLController(start)
 
 
-def _one_step(cfg, cluster: _Cluster, source: PromptSource, adapter, score, step: int, kl_ctrl) -> dict:
+def _one_step(cfg, cluster: _Cluster, source: PromptSource, adapter, score, step: int, kl_ctrl,
+              tables: RolloutTables | None = None) -> dict:
     t, a = cfg.trainer, cfg.algorithm
     t0 = time.perf_counter()
     metrics: dict[str, float] = {}
@@ -227,13 +237,20 @@ def _one_step(cfg, cluster: _Cluster, source: PromptSource, adapter, score, step
         # Every group scored alike (dynamic sampling kept none): nothing to learn from this step.
         metrics.update({"data/skipped": 1.0, "time/step_s": time.perf_counter() - t0})
         metrics.update(_data_metrics(cluster, len(generated.group_order()), []))
+        if tables is not None:  # what was generated, with no advantage: a reader sees why nothing was kept
+            tables.saw_step(generated, None)
         return metrics
 
+    if t.max_tokens_per_micro_batch:  # whole groups dealt out so that every rank gets as many tokens
+        order = micro_batches.balance_groups(batch.groups, [p + len(r) for p, r in zip(batch.prompt_tokens,
+                                                                                       batch.responses)], t.world_size)
+        batch = _reordered(batch, order) if order else batch
     lengths = [len(r) for r in batch.responses]
     mask = torch.zeros(len(lengths), max(lengths))
     for row, n in enumerate(lengths):
         mask[row, :n] = 1.0
     shards = _shards(t.world_size, batch.rows, batch.responses, [[] for _ in lengths])
+    metrics.update(_cut(cfg, shards, batch.prompt_tokens, _pass_mode(cfg, adapter, _sharing(t)), "log_probs"))
     if _sharing(t):  # each prompt run once under its n responses (evr1.models.shared_prefix)
         calls = grouped_calls(shards, t.micro_batch_size)
         for s in shards:
@@ -268,7 +285,9 @@ def _one_step(cfg, cluster: _Cluster, source: PromptSource, adapter, score, step
     shards = _shards(t.world_size, batch.rows, batch.responses, token_adv, old=old, ref=ref,
                      mini_batch_size=t.mini_batch_size)
     # HF's gradient checkpointing drops the prompt's cache under grad: that update stays unshared.
-    if _sharing(t) and not cfg.model.gradient_checkpointing:
+    update_shared = _sharing(t) and not cfg.model.gradient_checkpointing
+    metrics.update(_cut(cfg, shards, batch.prompt_tokens, _pass_mode(cfg, adapter, update_shared), "update"))
+    if update_shared:
         calls = grouped_calls(shards, t.micro_batch_size, shards[0].mini_size)
         for s in shards:
             s.update_calls = calls
@@ -296,6 +315,8 @@ def _one_step(cfg, cluster: _Cluster, source: PromptSource, adapter, score, step
     metrics.update(_data_metrics(cluster, len(generated.group_order()), waits))
     metrics["perf/vision_passes_per_prompt"] = ((metrics["perf/rank_vision_passes"] + metrics.pop("perf/rollout_vision_passes"))
                                                 / max(len(generated.group_order()), 1))
+    if tables is not None:  # each response's scalar advantage: its first response token's
+        tables.saw_step(batch, advantages[:, 0].tolist())
     return metrics
 
 
@@ -309,6 +330,41 @@ def _data_metrics(cluster: _Cluster, prompts: int, rank_waits: list[float]) -> d
             "perf/rollout_peak_rss_mb": rollout["peak_rss_mb"],
             "data/rollout_cache_hits": rollout["data/cache_hits"], "data/rollout_cache_misses": rollout["data/cache_misses"],
             "perf/rollout_vision_passes": float(rollout["vision_passes"])}
+
+
+def _pass_mode(cfg: Config, adapter, shared: bool) -> str:
+    """How a pass lays out its micro-batches: shared prompt prefix, packed (padding-free) or padded."""
+    if shared:
+        return "shared"
+    return "packed" if cfg.trainer.padding_free and supports_packing(adapter.family.name) else "padded"
+
+
+def _cut(cfg: Config, shards: list[Shard], prompt_tokens: list[int], mode: str, name: str) -> dict[str, float]:
+    """Cut every rank's share into micro-batches by `trainer.max_tokens_per_micro_batch` (as many on
+    every rank), and report the pass's micro-batches per rank and padding share either way."""
+    t = cfg.trainer
+    per = len(shards[0].responses)
+    mini = shards[0].mini_size or per
+    prompts = [prompt_tokens[k * per:(k + 1) * per] for k in range(len(shards))]
+    responses = [[len(r) for r in s.responses] for s in shards]
+    keys = [[row_key(r) for r in s.rows] for s in shards]
+    bounds = [(a, min(a + mini, per)) for a in range(0, per, mini)]
+    fixed = [shard_slices(s, t.micro_batch_size, shards[0].mini_size) for s in shards]
+    cuts, figures = micro_batches.plan(prompts, responses, keys, bounds, mode, t.max_tokens_per_micro_batch, fixed)
+    if t.max_tokens_per_micro_batch:
+        for s, c in zip(shards, cuts):
+            s.micro = c
+    return {f"perf/{name}_{k}": v for k, v in figures.items()}
+
+
+def _reordered(batch: Rollout, order: list[int]) -> Rollout:
+    """The batch's responses in `order` (every per-response field follows)."""
+    out = Rollout()
+    for name in FIELDS:
+        values = getattr(batch, name)
+        if values:
+            setattr(out, name, [values[i] for i in order])
+    return out
 
 
 def _sharing(t) -> bool:
@@ -333,10 +389,12 @@ def _reward_metrics(r: Rollout) -> dict[str, float]:
     return {"reward/overall": mean("overall"), "reward/accuracy": mean("accuracy"), "reward/format": mean("format"),
             "reward/overall_std": float(overall.std(ddof=1)) if len(overall) > 1 else 0.0,
             "response/length_mean": float(np.mean(lengths)), "response/length_max": float(max(lengths)),
-            "response/clip_ratio": float(np.mean(r.truncated))}
+            "response/clip_ratio": float(np.mean(r.truncated)),
+            **offline.metrics(r.offline, r.scores, r.responses, r.truncated)}  # apart, in mixed offline-online mode
 
 
-def validate(cfg: Config, cluster: _Cluster, samples: list[dict], adapter, score) -> dict[str, float]:
+def validate(cfg: Config, cluster: _Cluster, samples: list[dict], adapter, score,
+             tables: RolloutTables | None = None) -> dict[str, float]:
     """Greedy answers on (up to `val_limit`) held-out samples from the current rollout weights."""
     ro = cfg.rollout
     rows = samples[: cfg.trainer.val_limit]
@@ -350,6 +408,9 @@ def validate(cfg: Config, cluster: _Cluster, samples: list[dict], adapter, score
         "n": 1, "max_new_tokens": ro.max_new_tokens, "temperature": 0.0, "seed": cfg.run.seed}))
     cluster.messages.call(cluster.rollout.release, handles)
     scores, _ = score([o[0]["text"] for o in outs], [reward_sample(s) for s, _ in chosen])
+    if tables is not None:
+        tables.saw_validation([s for s, _ in chosen], [o[0]["text"] for o in outs], scores,
+                              [len(o[0]["token_ids"]) for o in outs])
     return {f"val/{k}": float(np.mean([s.get(k, 0.0) for s in scores])) for k in ("overall", "accuracy", "format")}
 
 

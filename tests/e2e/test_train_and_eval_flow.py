@@ -138,7 +138,14 @@ def test_train_and_eval_flow_end_to_end(tmp_path, prefect_harness, monkeypatch):
         arts = prefect.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=this_run))
     by_key = {a.key: a for a in arts if a.key}  # (Prefect adds unkeyed result artifacts too)
     assert set(by_key) == {"eval-heldout", "eval-suite", "ingest-report", "run-summary", "progress-cache",
-                           "progress-warm-up", "progress-train", "progress-merge", "progress-eval"}
+                           "progress-warm-up", "progress-train", "progress-merge", "progress-eval",
+                           "train-rollouts", "train-validation"}
+    # Readable rollouts: what the model wrote, with its reward and advantage, in the UI and in MLflow.
+    rollouts = by_key["train-rollouts"].data
+    rollouts = json.loads(rollouts) if isinstance(rollouts, str) else rollouts
+    assert rollouts and {"prompt", "response", "reward_overall", "advantage"} <= set(rollouts[0])
+    assert {"rollouts/step_000001.json", "rollouts/step_000002.json"} <= {
+        a.path for a in client.list_artifacts(by_name["train"].info.run_id, "rollouts")}
     table = by_key["eval-heldout"].data
     table = json.loads(table) if isinstance(table, str) else table
     assert table[0]["part"] == "accuracy" and table[-1]["value"] == "4/4 scored, 0 failed"
