@@ -391,6 +391,17 @@ class PolicyWorker:
 
     # -- weights and checkpoints (collective: every rank calls these together) ----------------------
 
+    def probe_logits(self, row: dict, response: list[int]) -> dict | None:
+        """Logits of the trained weights on one fixed input, for merge to check its output against.
+        Every rank runs the forward (FSDP2 gathers parameters collectively); rank 0 returns them."""
+        batch = self.adapter.collate([self.prep.get(row)], [response]).to(self.device, dtype=self.dtype)
+        self.prep.release()
+        with torch.no_grad():
+            logits = self.model(**batch.model_inputs(), use_cache=False).logits.float().cpu()
+        if self.rank:
+            return None
+        return {"inputs": {k: v.cpu() for k, v in batch.model_inputs().items()}, "logits": logits}
+
     def full_state_dict(self) -> dict | None:
         sd = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         return sd if self.rank == 0 else None

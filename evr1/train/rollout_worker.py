@@ -81,25 +81,18 @@ class RolloutWorker:
         else:
             self.engine.model.load_state_dict(state_dict)
 
-    def probe_rows(self, rows: list[dict], response: list[int]) -> dict | None:
-        """`probe_logits` on the first row whose media can be read here (None when none can)."""
+    def first_readable(self, rows: list[dict]) -> dict | None:
+        """The first row whose media can be read here (None when none can): the input the trainer's
+        final logits probe runs on (`PolicyWorker.probe_logits`)."""
         for row in rows:
             try:
-                prompt = self.prep.get(row)
+                self.prep.get(row)
             except READ_ERRORS:
                 continue
             finally:
                 self.prep.release()
-            return self.probe_logits(prompt, response)
+            return row
         return None
-
-    def probe_logits(self, prompt, response: list[int]) -> dict:
-        """Logits of the current weights on one fixed input: merge checks its output against them."""
-        model = self.engine.model
-        batch = self.adapter.collate([prompt], [response]).to(model.device)
-        with torch.no_grad():
-            logits = model(**batch.model_inputs()).logits.float().cpu()
-        return {"inputs": {k: v.cpu() for k, v in batch.model_inputs().items()}, "logits": logits}
 
 
 def peak_rss_mb() -> float:

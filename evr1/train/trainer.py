@@ -471,10 +471,11 @@ def _save(cluster: _Cluster, out_dir: Path, step: int, source: PromptSource, his
 
 def _write_probe(cluster: _Cluster, samples: list[dict], adapter, ckpt: Path) -> None:
     """Logits of the final weights on a fixed input (the first readable sample), kept with the
-    checkpoint so merge can verify itself. Rows go a few at a time: the first readable one ends it."""
+    checkpoint so merge can verify itself. The FSDP2 ranks compute them from the trained weights
+    themselves (any rollout engine, vLLM included, may hold another copy); rows go a few at a time."""
     response = adapter.tokenizer.encode("<answer>A</answer>", add_special_tokens=False)
     for start in range(0, len(samples), 8):
-        probe = ray.get(cluster.messages.call(cluster.rollout.probe_rows, samples[start:start + 8], response))
-        if probe is not None:
-            torch.save(probe, ckpt / "probe.pt")
+        row = ray.get(cluster.messages.call(cluster.rollout.first_readable, samples[start:start + 8]))
+        if row is not None:
+            torch.save(cluster.all("probe_logits", row, response)[0], ckpt / "probe.pt")
             return
