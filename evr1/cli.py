@@ -128,6 +128,21 @@ def show_config(config: Path = typer.Argument(Path("conf/tiny.yaml")), overrides
 
 
 @app.command()
+def plan(config: Path, overrides: Overrides = None,
+         gpu_memory_gib: Annotated[float, typer.Option(help="memory of one GPU, GiB")] = 80.0,
+         world_size: Annotated[Optional[int], typer.Option(help="default: trainer.world_size")] = None,
+         video_size: Annotated[str, typer.Option(help="source frame HEIGHTxWIDTH before the pixel budget")] = "720x1280",
+         prompt_text_tokens: Annotated[int, typer.Option(help="text tokens of the question")] = 128) -> None:
+    """Memory per GPU for the config's model, frames and pixel budget, with and without sequence parallelism."""
+    from evr1.plan import plan_for_config
+
+    cfg = _config(config, overrides)
+    h, w = (int(x) for x in video_size.lower().split("x"))
+    print(plan_for_config(cfg, gpu_gib=gpu_memory_gib, world_size=world_size, source_hw=(h, w),
+                          prompt_text=prompt_text_tokens))
+
+
+@app.command()
 def ingest(config: Path, overrides: Overrides = None) -> None:
     """Validate the configured dataset into Lance samples + rejects."""
     from evr1.pipeline import stage_ingest

@@ -417,6 +417,9 @@ class Config(Section):
         t = self.trainer
         if t.world_size % t.sequence_parallel:
             raise ValueError(f"trainer: sequence_parallel ({t.sequence_parallel}) must divide world_size ({t.world_size})")
+        if t.sequence_parallel > 1 and self.model.attn_implementation != "sdpa":
+            raise ValueError(f"trainer: sequence_parallel needs model.attn_implementation sdpa (its all-to-all wraps "
+                             f"torch's sdpa, which picks the flash kernel on GPU), not {self.model.attn_implementation}")
         if a.offline_ratio > 0 and not self.data.offline_key:
             raise ValueError("algorithm: offline_ratio > 0 needs data.offline_key (the field holding the trajectories)")
         if a.use_kl_in_reward and a.adv_estimator == "gdpo":

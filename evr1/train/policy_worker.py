@@ -34,6 +34,7 @@ from evr1.models.runtime import VisionPassCounter
 from evr1.train.precision import precision
 from evr1.train.prompt_prep import READ_ERRORS, PromptPrep, ReaderSpec, row_key
 from evr1.train.rollout_worker import peak_rss_mb
+from evr1.train.sequence_parallel import sp_groups, sp_response_log_probs
 from evr1.train.sharded_load import build_replicated, build_sharded
 
 @dataclass
@@ -149,13 +150,16 @@ class PolicyWorker:
                                 rank=self.rank, world_size=self.world_size,
                                 timeout=timedelta(seconds=options["collective_timeout_s"]))
         mesh = init_device_mesh(device, (self.world_size,))
+        # Ranks [0..k-1], [k..2k-1], ... split each sequence (trainer.sequence_parallel = k) and share a shard.
+        self.sp = sp_groups(self.world_size, options.get("sequence_parallel", 1))
         torch.manual_seed(options["seed"])
         prec = precision(options["dtype"], device)
         self.adapter = load_adapter(self.model_dir)
         self.prep = PromptPrep(self.adapter, self.spec, limit=options.get("prefetch_prompts", 64)) if self.spec else None
         self.dtype = prec.compute  # pixel values enter the model in the dtype it computes in
         self.frozen_vision = bool(options.get("freeze_vision_tower"))
-        self.packed = bool(options.get("padding_free", True)) and supports_packing(self.adapter.family.name)
+        self.packed = (bool(options.get("padding_free", True)) and supports_packing(self.adapter.family.name)
+                       and self.sp.sp_size == 1)
 
         def policy(m):
             m.train()
@@ -252,9 +256,12 @@ class PolicyWorker:
         return rows(0), (rows(1) if with_entropy else None), zero
 
     def _log_probs(self, model, batch, with_entropy=False, temperature=None):
-        """Unshared log-probs of a micro-batch: packed (padding-free) where the family allows it."""
-        fn = packed_response_log_probs if self.packed else response_log_probs
-        return fn(model, batch, temperature=temperature or self.o["temperature"], with_entropy=with_entropy)
+        """Unshared log-probs of a micro-batch: split over the sequence-parallel group, else packed
+        (padding-free) where the family allows it, else padded."""
+        options = {"temperature": temperature or self.o["temperature"], "with_entropy": with_entropy}
+        if self.sp.sp_size > 1:
+            return sp_response_log_probs(model, batch, self.sp.group, **options)
+        return (packed_response_log_probs if self.packed else response_log_probs)(model, batch, **options)
 
     # -- the step ----------------------------------------------------------------------------------
 
@@ -302,7 +309,8 @@ class PolicyWorker:
                 updates += 1
         out = {k: v / max(count, 1) for k, v in sums.items()}
         # pg_loss shares add up within a mini-batch and average over mini-batches and epochs.
-        out["actor/pg_loss"] = sums.get("actor/pg_loss", 0.0) * self.world_size / max(updates, 1)
+        # (a sequence-parallel group's ranks hold the same share: count it once per data-parallel index)
+        out["actor/pg_loss"] = sums.get("actor/pg_loss", 0.0) * self.sp.dp_size / max(updates, 1)
         out["actor/grad_norm"] = sums.get("actor/grad_norm", 0.0) / max(updates, 1)
         out["actor/lr"] = lr
         out["actor/updates"] = float(updates)
@@ -342,7 +350,8 @@ class PolicyWorker:
         if not _has_media(batch) and not self.frozen_vision:
             loss = loss + 0.0 * self._visual_dummy()
         # The loss is already normalised by global counts; FSDP2 averages gradients over ranks,
-        # so multiplying by the world size turns that average into the exact global sum.
+        # so multiplying by the world size turns that average into the exact global sum. (Under
+        # sequence parallelism each rank's gradient is its share of its group's: the sum is exact too.)
         (loss * self.world_size).backward()
         # pg_loss is this micro-batch's share of the mini-batch loss: shares add up (see `step`).
         metrics["actor/pg_loss"] = float(pg_loss.detach())
@@ -372,7 +381,7 @@ class PolicyWorker:
             total += float(nll.detach())
         grad_norm = self._clip_and_step()
         self._data_metrics()
-        return {"warmup/nll": total * self.world_size, "warmup/grad_norm": grad_norm}
+        return {"warmup/nll": total * self.sp.dp_size, "warmup/grad_norm": grad_norm}
 
     def _set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:

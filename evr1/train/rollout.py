@@ -166,7 +166,7 @@ def collect(cfg: Config, rollout_actor, source: PromptSource, adapter, score: Sc
             break
     # Whole groups only, as many as asked for, and a number of responses every FSDP rank can share.
     groups = kept.group_order()[: t.prompts_per_step]
-    while groups and (len(groups) * cfg.rollout.n) % t.world_size:
+    while groups and (len(groups) * cfg.rollout.n) % (t.world_size // t.sequence_parallel):
         groups.pop()
     chosen = set(groups)
     kept = kept.take([g in chosen for g in kept.groups])

@@ -65,6 +65,7 @@ def _worker_options(cfg: Config) -> dict:
         "lr": t.lr, "warmup_lr": t.warmup_lr or t.lr, "micro_batch_size": t.micro_batch_size,
         "ppo_epochs": t.ppo_epochs, "prefetch_prompts": t.prefetch_prompts,
         "padding_free": t.padding_free, "freeze_vision_tower": cfg.model.freeze_vision_tower,
+        "sequence_parallel": t.sequence_parallel,
         # Log-probs are taken at the sampling temperature, as the rollout drew them (greedy: 1).
         "temperature": cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0,
     }
@@ -98,6 +99,7 @@ class _Cluster:
         Rollout = ray.remote(num_cpus=0, num_gpus=gpus)(RolloutWorker)
         options = _worker_options(cfg)
         self.messages = MessageLog()
+        self.sequence_parallel = t.sequence_parallel
         self.ranks = [Policy.remote(r, t.world_size, str(model_dir), options, spec) for r in range(t.world_size)]
         self.rollout = Rollout.remote(str(model_dir), cfg.rollout.engine,
                                       {"batch_size": cfg.rollout.batch_size, "dtype": cfg.model.dtype,
@@ -111,14 +113,21 @@ class _Cluster:
     def each(self, method: str, per_rank: list) -> list:
         return gather([self.messages.call(getattr(r, method), *args) for r, args in zip(self.ranks, per_rank)], self)
 
+    def each_shard(self, method: str, shards: list[Shard], *args) -> list:
+        """`method(shard, *args)` on every rank, the ranks of a sequence-parallel group sharing one
+        shard (one per data-parallel index); one answer per shard, from the group's first rank."""
+        sp = len(self.ranks) // len(shards)
+        return self.each(method, [(shards[r // sp], *args) for r in range(len(self.ranks))])[::sp]
+
     def announce(self, rows: list[dict], n: int) -> None:
         """Tell each rank which prompts it will most likely train on (its equal share of the n·P
         responses, as `_shards` cuts them), so it reads them during generation. Not waited for."""
-        ws = len(self.ranks)
-        per = len(rows) * n // ws
+        sp = self.sequence_parallel
+        per = len(rows) * n // (len(self.ranks) // sp)
         if not per:
             return
-        for k, rank in enumerate(self.ranks):
+        for r, rank in enumerate(self.ranks):
+            k = r // sp  # the ranks of a sequence-parallel group read the same share
             first, last = k * per // n, ((k + 1) * per - 1) // n
             self.messages.call(rank.prefetch, rows[first:last + 1])
 
@@ -243,19 +252,19 @@ def _one_step(cfg, cluster: _Cluster, source: PromptSource, adapter, score, step
 
     if t.max_tokens_per_micro_batch:  # whole groups dealt out so that every rank gets as many tokens
         order = micro_batches.balance_groups(batch.groups, [p + len(r) for p, r in zip(batch.prompt_tokens,
-                                                                                       batch.responses)], t.world_size)
+                                                                                       batch.responses)], data_parallel(t))
         batch = _reordered(batch, order) if order else batch
     lengths = [len(r) for r in batch.responses]
     mask = torch.zeros(len(lengths), max(lengths))
     for row, n in enumerate(lengths):
         mask[row, :n] = 1.0
-    shards = _shards(t.world_size, batch.rows, batch.responses, [[] for _ in lengths])
+    shards = _shards(data_parallel(t), batch.rows, batch.responses, [[] for _ in lengths])
     metrics.update(_cut(cfg, shards, batch.prompt_tokens, _pass_mode(cfg, adapter, _sharing(t)), "log_probs"))
     if _sharing(t):  # each prompt run once under its n responses (evr1.models.shared_prefix)
         calls = grouped_calls(shards, t.micro_batch_size)
         for s in shards:
             s.log_prob_calls = calls
-    log_probs = cluster.each("log_probs", [(s,) for s in shards])
+    log_probs = cluster.each_shard("log_probs", shards)
     rank_waits = [part["data_wait_s"] for part in log_probs]
     old = [row for part in log_probs for row in part["old"]]
     ref = [row for part in log_probs for row in part["ref"]] if log_probs[0]["ref"] is not None else None
@@ -282,7 +291,7 @@ def _one_step(cfg, cluster: _Cluster, source: PromptSource, adapter, score, step
     t_adv = time.perf_counter()
 
     token_adv = [advantages[row, :n].tolist() for row, n in enumerate(lengths)]
-    shards = _shards(t.world_size, batch.rows, batch.responses, token_adv, old=old, ref=ref,
+    shards = _shards(data_parallel(t), batch.rows, batch.responses, token_adv, old=old, ref=ref,
                      mini_batch_size=t.mini_batch_size)
     # HF's gradient checkpointing drops the prompt's cache under grad: that update stays unshared.
     update_shared = _sharing(t) and not cfg.model.gradient_checkpointing
@@ -293,7 +302,7 @@ def _one_step(cfg, cluster: _Cluster, source: PromptSource, adapter, score, step
             s.update_calls = calls
     lr = lr_at(step, base=t.lr, total=t.steps, warmup=t.lr_warmup_steps, schedule=t.lr_schedule,
                min_ratio=t.min_lr_ratio)
-    rank_metrics = cluster.each("step", [(s, lr) for s in shards])
+    rank_metrics = cluster.each_shard("step", shards, lr)
     t_update = time.perf_counter()
     cluster.sync_weights()
     t_sync = time.perf_counter()
@@ -332,11 +341,19 @@ def _data_metrics(cluster: _Cluster, prompts: int, rank_waits: list[float]) -> d
             "perf/rollout_vision_passes": float(rollout["vision_passes"])}
 
 
+def data_parallel(t) -> int:
+    """Data-parallel shares per step: the ranks of a sequence-parallel group train on one share."""
+    return t.world_size // t.sequence_parallel
+
+
 def _pass_mode(cfg: Config, adapter, shared: bool) -> str:
-    """How a pass lays out its micro-batches: shared prompt prefix, packed (padding-free) or padded."""
+    """How a pass lays out its micro-batches: shared prompt prefix, packed (padding-free) or padded
+    (sequence parallelism splits the padded batch)."""
     if shared:
         return "shared"
-    return "packed" if cfg.trainer.padding_free and supports_packing(adapter.family.name) else "padded"
+    t = cfg.trainer
+    packed = t.padding_free and supports_packing(adapter.family.name) and t.sequence_parallel == 1
+    return "packed" if packed else "padded"
 
 
 def _cut(cfg: Config, shards: list[Shard], prompt_tokens: list[int], mode: str, name: str) -> dict[str, float]:
@@ -369,8 +386,9 @@ def _reordered(batch: Rollout, order: list[int]) -> Rollout:
 
 def _sharing(t) -> bool:
     """Shared prompt prefix only where a micro-batch can hold several responses of one prompt: with
-    micro-batches of one response it would run the prompt and the response as two forwards for nothing."""
-    return t.share_prompt_prefix and t.micro_batch_size > 1
+    micro-batches of one response it would run the prompt and the response as two forwards for nothing.
+    Off under sequence parallelism, which splits the padded batch's sequences instead."""
+    return t.share_prompt_prefix and t.micro_batch_size > 1 and t.sequence_parallel == 1
 
 
 def _rows(rows: list[list[float]], mask: torch.Tensor) -> torch.Tensor:
@@ -448,8 +466,8 @@ def _warmup(cfg: Config, cluster: _Cluster, samples: list[dict], adapter, log_me
         cluster.messages.call(cluster.rollout.release, handles)
         targets = [adapter.tokenizer.encode(f"<answer>{s['answer']}</answer>", add_special_tokens=False) + eos
                    for s in batch]
-        shards = _shards(t.world_size, batch, targets, [[] for _ in targets])
-        metrics = cluster.each("sft_step", [(s,) for s in shards])
+        shards = _shards(data_parallel(t), batch, targets, [[] for _ in targets])
+        metrics = cluster.each_shard("sft_step", shards)
         log_metrics({k: float(np.mean([m[k] for m in metrics])) for k in metrics[0]}, step)
 
 

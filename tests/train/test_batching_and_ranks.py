@@ -105,3 +105,13 @@ def test_a_frozen_vision_tower_keeps_its_weights(setup):
     assert all(torch.equal(after[n], before[n]) for n in vision)
     changed = [n for n in after if n not in vision and not torch.equal(after[n], before[n])]
     assert any("language_model" in n for n in changed)
+
+
+@pytest.mark.slow
+def test_sequence_parallel_trains_like_one_rank(setup):
+    """Two ranks splitting every sequence (one data-parallel share) train as one rank holding it whole."""
+    run, base = setup
+    one = run("one", ["trainer.world_size=1"])
+    split = run("sp2", ["trainer.world_size=2", "trainer.sequence_parallel=2"])
+    assert split.history[0]["perf/update_padding_share"] > 0.0  # the padded batch, split over the sequence
+    _assert_same_training(one, split, base, rtol=1e-4)

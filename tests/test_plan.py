@@ -1,0 +1,102 @@
+"""The memory plan: its formulas against the allocator's measured peak on tiny models, its token counts
+against the adapter's, parameter counts of known checkpoints, the long-video config and `evr1 plan`.
+
+Tolerance: the planned activation + gradient bytes of one forward+backward of the response log-prob
+loss are within 30 % of the peak that torch's CPU allocator reaches (torch.profiler allocation events,
+one thread: the same bytes every run). Measured ratios when written: 0.88–1.15 (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from evr1.cli import app
+from evr1.config import load_config
+from evr1.models import load_adapter, load_model, make_tiny, response_log_probs
+from evr1.plan import STATIC, Setup, Tokens, arch_from_config, load_arch, memory, video_tokens
+from evr1.train.memory_probe import peak_allocated_bytes
+from tests.models.conftest import make_clip
+
+ROOT = Path(__file__).resolve().parents[1]
+TOLERANCE = 0.30
+SIZES = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, vision_hidden_size=64)
+
+
+def _measure_and_plan(model_dir: Path, *, checkpointing: bool, frozen: bool, frames: int) -> tuple[int, int]:
+    ad, model = load_adapter(model_dir), load_model(model_dir)
+    if checkpointing:
+        model.train()
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if frozen:
+        model.model.visual.requires_grad_(False)
+    f = ad.family.factor
+    prompt = ad.encode_prompt("<video> What happens?", videos=[make_clip(f, t=frames, h_blocks=4, w_blocks=6, seed=1)])
+    batch = ad.collate([prompt], [list(range(20, 84))]).to("cpu", torch.float32)
+
+    def step():
+        lp, ent = response_log_probs(model, batch, with_entropy=True)
+        (-(lp.sum() + 0.01 * ent.sum()) / batch.response_mask.sum()).backward()
+
+    measured, _ = peak_allocated_bytes(step)
+    video = int((batch.mm_token_type_ids == 2).sum())
+    tokens = Tokens(frames, 0, 0, video, batch.input_ids.shape[1] - video - 64, 64, ad.family.merge_size)
+    planned = memory(arch_from_config(model.config), tokens, Setup(1, 1, "float32", checkpointing, frozen_vision=frozen))
+    return measured, sum(v for k, v in planned.items() if k not in STATIC or k.startswith("gradients"))
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+def test_plan_matches_measured_peak(tmp_path, family):
+    model_dir = make_tiny(family, tmp_path / family, seed=0, **SIZES)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread: the same allocations in the same order every run
+    try:
+        for checkpointing, frozen, frames in ((False, False, 48), (True, False, 48), (True, True, 96)):
+            measured, planned = _measure_and_plan(model_dir, checkpointing=checkpointing, frozen=frozen, frames=frames)
+            ratio = measured / planned
+            print(f"plan check {family} checkpointing={checkpointing} frozen={frozen}: measured "
+                  f"{measured / 2**20:.1f} MiB, planned {planned / 2**20:.1f} MiB, ratio {ratio:.2f}")
+            assert 1 - TOLERANCE <= ratio <= 1 + TOLERANCE, (family, checkpointing, frozen, measured, planned)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_video_tokens_equal_the_adapters(tmp_path):
+    ad = load_adapter(make_tiny("qwen2_5_vl", tmp_path / "m", seed=0))
+    f = ad.family.factor
+    prompt = ad.encode_prompt("<video> Why?", videos=[make_clip(f, t=8, h_blocks=4, w_blocks=6)])
+    got, h, w = video_tokens(ad.family, 8, (4 * f, 6 * f), min_pixels=f * f, max_pixels=24 * f * f,
+                             total_pixels=None, rules="0.0.14")
+    assert (h, w) == (4 * f, 6 * f) and got == sum(t == 2 for t in prompt.mm_token_type_ids) == 96
+
+
+def test_known_checkpoints_parameter_counts():
+    # the published sizes: 8.29 B (Qwen2.5-VL-7B-Instruct), 8.77 B (Qwen3-VL-8B-Instruct)
+    assert load_arch("/nowhere/Qwen2.5-VL-7B-Instruct").params / 1e9 == pytest.approx(8.29, abs=0.01)
+    assert load_arch("/nowhere/Qwen3-VL-8B-Instruct").params / 1e9 == pytest.approx(8.77, abs=0.01)
+    with pytest.raises(ValueError, match="not a known model"):
+        load_arch("/nowhere/Unknown-Model")
+
+
+def test_sequence_parallel_divides_decoder_activations():
+    arch = load_arch("/nowhere/Qwen3-VL-8B-Instruct")
+    tokens = Tokens(1024, 384, 672, 129_024, 4_226, 1_024)
+    one, eight = (memory(arch, tokens, Setup(8, sp, "bfloat16", True, frozen_vision=True)) for sp in (1, 8))
+    assert one["decoder activations"] == pytest.approx(8 * eight["decoder activations"], rel=1e-3)
+    assert one["parameters (fp32, sharded)"] == eight["parameters (fp32, sharded)"]  # FSDP shards over the world
+
+
+def test_long_video_config_loads_and_plan_prints_a_table():
+    cfg = load_config(ROOT / "conf/long_video.yaml")
+    assert cfg.trainer.sequence_parallel == 8 and cfg.model.gradient_checkpointing and cfg.cache.max_frames >= 512
+    runner = CliRunner()
+    result = runner.invoke(app, ["plan", str(ROOT / "conf/long_video.yaml"), "--gpu-memory-gib", "80"])
+    assert result.exit_code == 0, result.output
+    assert "decoder activations" in result.output and "total per GPU" in result.output
+    assert "FSDP 8, sp 8: " in result.output and "GiB fits in 80 GiB" in result.output
+    assert "1 GPU, sp 1: " in result.output and "does NOT fit" in result.output
+    small = runner.invoke(app, ["plan", str(ROOT / "conf/long_video.yaml"), "--gpu-memory-gib", "24"])
+    assert small.exit_code == 0 and "fits" not in small.output.replace("does NOT fit", "")
