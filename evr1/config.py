@@ -312,6 +312,10 @@ class TrainerConfig(Section):
     # Micro-batches cut by tokens (prompt + response) instead of micro_batch_size responses; every rank
     # runs the same number of passes. None: micro_batch_size responses per micro-batch.
     max_tokens_per_micro_batch: int | None = Field(None, ge=1)
+    # With model.freeze_vision_tower: each prompt's vision features are computed once per step and
+    # reused by the old, reference and update passes (the policy's and the reference's towers are
+    # then the same base weights). No effect on an unfrozen tower or under sequence parallelism.
+    reuse_vision_features: bool = True
     # Ulysses sequence parallelism: each sequence's tokens split over this many ranks (heads
     # exchanged with all-to-all in attention). Must divide world_size; 1: off.
     sequence_parallel: int = Field(1, ge=1)

@@ -97,20 +97,32 @@ class ModelBatch:
     pending_images: tuple[np.ndarray, ...] = ()
     pending_videos: tuple[np.ndarray, ...] = ()
     settings: tuple[VisionSettings, VisionSettings] | None = None  # (image, video)
+    # Precomputed vision features (`shared_prefix.VisualFeatures`) standing in for the pixels: the
+    # model scatters them at the placeholders instead of running its vision tower (`with_visual`).
+    visual: Any = None
 
     @property
     def response_ids(self) -> torch.Tensor:
         return self.input_ids[:, self.prompt_length :]
 
-    def model_inputs(self) -> dict[str, torch.Tensor]:
+    def model_inputs(self) -> dict[str, Any]:
         if self.pending_images or self.pending_videos:
             raise ValueError("ModelBatch: media are still uint8 frames; call .to(device, dtype) to prepare them")
+        mm: dict[str, Any] = dict(self.mm)
+        if self.visual is not None and self.visual.outputs:
+            mm["mm_encoder_outputs"] = dict(self.visual.outputs)
         return {
             "input_ids": self.input_ids,
             "attention_mask": self.attention_mask,
             "mm_token_type_ids": self.mm_token_type_ids,
-            **self.mm,
+            **mm,
         }
+
+    def with_visual(self, visual: Any) -> ModelBatch:
+        """This batch with its media replaced by precomputed features (one entry per image / video, in
+        batch order); the pixels, prepared or pending, are dropped and never made."""
+        mm = {k: v for k, v in self.mm.items() if k not in ("pixel_values", "pixel_values_videos")}
+        return replace(self, mm=mm, pending_images=(), pending_videos=(), visual=visual)
 
     def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> ModelBatch:
         """Move every tensor; `dtype` applies to the pixel tensors only (e.g. bf16 models).
@@ -136,6 +148,7 @@ class ModelBatch:
             response_mask=self.response_mask.to(device),
             pending_images=(),
             pending_videos=(),
+            visual=self.visual.to(device) if self.visual is not None else None,
         )
 
 

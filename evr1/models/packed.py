@@ -40,14 +40,15 @@ def supports_packing(family: str) -> bool:
 def packed_inputs(model: PreTrainedModel, batch: ModelBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """(model inputs of the packed row, index [B, Lr] of the packed position predicting each response token).
 
-    `batch` is on the model's device with its media prepared. Indices past a response's end point
+    `batch` is on the model's device with its media prepared (or precomputed features:
+    `ModelBatch.with_visual`). Indices past a response's end point
     at position 0 (their log-probs are masked out, as on the padded path).
     """
     valid = batch.attention_mask.bool()
     b, width = valid.shape
-    media = {k: batch.mm[k] for k in ROPE_KEYS if k in batch.mm}
+    grids = {k: batch.mm[k] for k in ROPE_KEYS if k in batch.mm}
     rope, _ = model.model.get_rope_index(input_ids=batch.input_ids, mm_token_type_ids=batch.mm_token_type_ids,
-                                         attention_mask=batch.attention_mask, **media)
+                                         attention_mask=batch.attention_mask, **grids)
     text = valid.long().cumsum(1) - 1  # 0 at each sequence's first token
     position_ids = torch.cat([text[valid][None], rope[:, valid]])[:, None, :]  # [4, 1, T]
     flat = (valid.flatten().long().cumsum(0) - 1).view(b, width)  # packed index of each padded cell
@@ -55,9 +56,9 @@ def packed_inputs(model: PreTrainedModel, batch: ModelBatch) -> tuple[dict[str, 
     predictor = flat[:, batch.prompt_length - 1: batch.prompt_length - 1 + lr]  # position t predicts t + 1
     ends = batch.prompt_length - 1 + torch.arange(lr, device=valid.device)
     keep = torch.where(valid.gather(1, ends.expand(b, lr)), predictor, torch.zeros_like(predictor))
+    media = {k: v for k, v in batch.model_inputs().items() if k not in ("input_ids", "attention_mask", "mm_token_type_ids")}
     inputs = {"input_ids": batch.input_ids[valid][None], "mm_token_type_ids": batch.mm_token_type_ids[valid][None],
-              "position_ids": position_ids, "attention_mask": None,
-              **{k: v for k, v in batch.mm.items()}}
+              "position_ids": position_ids, "attention_mask": None, **media}
     return inputs, keep
 
 

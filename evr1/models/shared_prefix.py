@@ -66,6 +66,25 @@ class VisualFeatures:
         """Features cut from the graph: for passes that need no gradient into the vision tower."""
         return VisualFeatures({k: _map_tensors(v, torch.Tensor.detach) for k, v in self.outputs.items()})
 
+    def to(self, device: torch.device | str) -> VisualFeatures:
+        return VisualFeatures({k: _map_tensors(v, lambda t: t.to(device)) for k, v in self.outputs.items()})
+
+    @classmethod
+    def concat(cls, parts: Sequence[VisualFeatures]) -> VisualFeatures:
+        """The features of a batch made of these parts' prompts, in order (per modality, as `collate`
+        concatenates the media)."""
+        outputs: dict[str, Any] = {}
+        for kind in MEDIA:
+            have = [p.outputs[kind] for p in parts if kind in p.outputs]
+            if not have:
+                continue
+            fields = {"pooler_output": tuple(t for out in have for t in out.pooler_output)}
+            if getattr(have[0], "deepstack_features", None) is not None:
+                fields["deepstack_features"] = [tuple(t for out in have for t in out.deepstack_features[layer])
+                                                for layer in range(len(have[0].deepstack_features))]
+            outputs[kind] = type(have[0])(**fields)
+        return cls(outputs)
+
     def __len__(self) -> int:
         return sum(len(v.pooler_output) for v in self.outputs.values())
 

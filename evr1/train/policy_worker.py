@@ -28,7 +28,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from evr1 import rl
-from evr1.models import grouped_response_log_probs, load_adapter, response_log_probs
+from evr1.models import encode_visual, grouped_response_log_probs, load_adapter, response_log_probs
+from evr1.models.shared_prefix import VisualFeatures
 from evr1.models.packed import packed_response_log_probs, supports_packing
 from evr1.models.runtime import VisionPassCounter
 from evr1.train.precision import precision
@@ -160,6 +161,10 @@ class PolicyWorker:
         self.frozen_vision = bool(options.get("freeze_vision_tower"))
         self.packed = (bool(options.get("padding_free", True)) and supports_packing(self.adapter.family.name)
                        and self.sp.sp_size == 1)
+        # A frozen tower's features do not change within a step, and the reference holds the same tower:
+        # each prompt is encoded once per step (`_encode`), kept on the CPU between passes.
+        self.reuse_visual = self.frozen_vision and self.sp.sp_size == 1 and options.get("reuse_vision_features", True)
+        self._visual: dict[str, VisualFeatures] = {}
 
         def policy(m):
             m.train()
@@ -222,17 +227,44 @@ class PolicyWorker:
         shape = batch.response_mask.shape
         values = [_padded(rows[i:stop], shape) if rows else None
                   for rows in (shard.advantages, shard.old_log_probs, shard.ref_log_probs)]
-        groups = [(prompts[a], shard.responses[i + a:i + b])
-                  for a, b in prompt_runs([row_key(r) for r in shard.rows[i:stop]])]
+        keys = [row_key(r) if ok else None for r, ok in zip(shard.rows[i:stop], readable)]
+        groups = [(prompts[a], shard.responses[i + a:i + b], keys[a]) for a, b in prompt_runs([row_key(r) for r in
+                                                                                              shard.rows[i:stop]])]
         return (batch, *values, [len(r) for r in shard.responses[i:stop]], groups)
 
-    def _on_device(self, item: tuple, *, media: bool = True) -> tuple:
+    def _on_device(self, item: tuple, *, media: bool = True, encode: bool = True) -> tuple:
         """The micro-batch's tensors on the device; `media` False leaves the frames unprepared (the
-        grouped path prepares each prompt once itself)."""
+        grouped path prepares each prompt once itself). With a reused frozen tower the batch carries
+        its prompts' features instead of pixels (`ModelBatch.with_visual`): encoded here in a step's
+        first pass over its shard (`encode`), taken from the step's store in the update."""
         batch, *values, lengths, groups = item
-        moved = batch.to(self.device, dtype=self.dtype) if media else replace(
+        if self.reuse_visual:
+            self._encode(groups, collective=encode)
+            rows = [key for _, responses, key in groups for _ in responses]
+            batch = batch.with_visual(VisualFeatures.concat([self._visual[k] for k in rows if k is not None]))
+        moved = batch.to(self.device, dtype=self.dtype) if media or self.reuse_visual else replace(
             batch, response_mask=batch.response_mask.to(self.device))
         return (moved, *(v.to(self.device) if v is not None else None for v in values), lengths, groups)
+
+    def _encode(self, groups: list[tuple], *, collective: bool) -> None:
+        """Vision features of the micro-batch's prompts not yet encoded this step, with the frozen tower.
+        In a first pass (`collective`) every rank calls this once per micro-batch and FSDP2 gathers the
+        root unit (the tower is in it) for the direct calls to the tower, whether or not this rank has
+        media to encode; the update's micro-batches hold the same prompts, already encoded."""
+        todo = {key: prompt for prompt, _, key in groups if key is not None and key not in self._visual}
+        if not collective:
+            if todo:
+                raise RuntimeError(f"rank {self.rank}: prompts {sorted(todo)} reached the update without the "
+                                   "log-prob pass encoding them")
+            return
+        self.model.unshard()
+        try:
+            with torch.no_grad():
+                for key, prompt in todo.items():
+                    mm = self.adapter.collate([prompt]).to(self.device, dtype=self.dtype)
+                    self._visual[key] = encode_visual(self.model, mm).to("cpu")
+        finally:
+            self.model.reshard()
 
     def _grouped(self, model, item: tuple, calls: int, *, with_entropy: bool = False):
         """Log-probs (and entropy) [B, Lr] of a micro-batch, each prompt run once under its n responses
@@ -242,12 +274,14 @@ class PolicyWorker:
         mask = batch.response_mask.bool()
         width = mask.shape[1]
         options = {"temperature": self.o["temperature"], "with_entropy": with_entropy, "dtype": self.dtype}
-        parts = [grouped_response_log_probs(model, self.adapter, prompt, responses, **options)
-                 for prompt, responses in groups]
+        def visual(key):
+            return self._visual[key].to(self.device) if self.reuse_visual and key is not None else None
+        parts = [grouped_response_log_probs(model, self.adapter, prompt, responses, visual=visual(key), **options)
+                 for prompt, responses, key in groups]
         zero = torch.zeros((), device=mask.device)
         for _ in range(calls - len(groups)):
-            pad_lp, pad_ent = grouped_response_log_probs(model, self.adapter, groups[0][0],
-                                                         [[self.adapter.pad_token_id]], **options)
+            pad_lp, pad_ent = grouped_response_log_probs(model, self.adapter, groups[0][0], [[self.adapter.pad_token_id]],
+                                                         visual=visual(groups[0][2]), **options)
             zero = zero + 0.0 * (pad_lp.sum() + (pad_ent.sum() if pad_ent is not None else 0.0))
 
         def rows(k):
@@ -301,7 +335,7 @@ class PolicyWorker:
                 self.optimizer.zero_grad(set_to_none=True)
                 for item in mini:
                     call = next(calls, 0)
-                    metrics = self._backward(self._on_device(item, media=not call), counts, agg, call)
+                    metrics = self._backward(self._on_device(item, media=not call, encode=False), counts, agg, call)
                     for key, v in metrics.items():
                         sums[key] = sums.get(key, 0.0) + v
                     count += 1
@@ -320,6 +354,7 @@ class PolicyWorker:
     def _data_metrics(self) -> dict[str, float]:
         """Per-rank data figures for the step; the step's prompts are released (next ones stay prefetched)."""
         self.prep.release()
+        self._visual.clear()  # the next step's prompts are others, or the same under new weights
         out = {"data/rank_unreadable": float(len(self.unreadable)), "time/rank_data_wait_s": self.prep.take_wait(),
                "perf/rank_peak_rss_mb": peak_rss_mb(), **self.prep.take_reads(),
                "perf/rank_vision_passes": float(sum(c.take() for c in self.vision_passes))}

@@ -14,11 +14,9 @@ TEMPERATURE = 0.7
 PACKED = [f for f in FAMILY_NAMES if supports_packing(f)]
 
 
-def _batch(ad):
-    """Prompts of different lengths and media (video + image, a longer video, image, text only), responses
-    of different lengths (one holding a sampled vision token, one empty): left and right padding both."""
+def _batch_prompts(ad):
     f = ad.family.factor
-    prompts = [
+    return [
         ad.encode_prompt("Compare <video> with <image>", videos=[make_clip(f, t=4, seed=2)],
                          images=[make_clip(f, t=1, seed=3).frames[0]]),
         ad.encode_prompt("<video> What moves?", videos=[make_clip(f, t=6, h_blocks=3, seed=5)]),
@@ -26,6 +24,12 @@ def _batch(ad):
         ad.encode_prompt("Answer with a letter."),
         ad.encode_prompt("Answer with a word, please, and think first."),
     ]
+
+
+def _batch(ad):
+    """Prompts of different lengths and media (video + image, a longer video, image, text only), responses
+    of different lengths (one holding a sampled vision token, one empty): left and right padding both."""
+    prompts = _batch_prompts(ad)
     responses = [[20, 21, 22, 23, 24, ad.eos_token_ids[0]], [30, 31], [40, ad.vision_token_ids[1], 42, 43], [50], []]
     return ad.collate(prompts, responses)
 
@@ -65,3 +69,29 @@ def test_padding_share():
     assert padding_share([10, 10]) == 0.0
     assert padding_share([10, 30]) == pytest.approx(1 - 40 / 60)
     assert padding_share([]) == 0.0
+
+
+@pytest.mark.parametrize("family", PACKED)
+def test_precomputed_features_in_packed_and_padded_passes(adapters, models, family):
+    """A batch carrying its vision features (`with_visual`, per-prompt features concatenated) gives the
+    pixel path's log-probs, packed and padded, without running the tower."""
+    from evr1.models import encode_visual
+    from evr1.models.shared_prefix import VisualFeatures
+
+    ad, model = adapters[family], models[family]
+    pixels = _batch(ad).to("cpu")
+    prompts = _batch_prompts(ad)
+    with torch.no_grad():
+        ref, _ = response_log_probs(model, pixels, temperature=TEMPERATURE)
+        visual = VisualFeatures.concat([encode_visual(model, ad.collate([p]).to("cpu")) for p in prompts])
+        batch = _batch(ad).with_visual(visual).to("cpu")
+        assert "pixel_values_videos" not in batch.model_inputs() and not batch.pending_videos
+        calls = []
+        hook = model.model.visual.register_forward_pre_hook(lambda *a: calls.append(1))
+        try:
+            padded, _ = response_log_probs(model, batch, temperature=TEMPERATURE)
+            packed, _ = packed_response_log_probs(model, batch, temperature=TEMPERATURE)
+        finally:
+            hook.remove()
+    assert not calls  # the tower did not run
+    assert torch.allclose(padded, ref, atol=1e-5) and torch.allclose(packed, ref, atol=1e-5)

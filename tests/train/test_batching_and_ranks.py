@@ -115,3 +115,23 @@ def test_sequence_parallel_trains_like_one_rank(setup):
     split = run("sp2", ["trainer.world_size=2", "trainer.sequence_parallel=2"])
     assert split.history[0]["perf/update_padding_share"] > 0.0  # the padded batch, split over the sequence
     _assert_same_training(one, split, base, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_a_frozen_tower_encodes_each_prompt_once_per_step(setup):
+    """With the tower frozen, the old, reference and update passes reuse one encoding per prompt (the
+    reference holds the same tower), on packed passes and on the shared prefix; training is unchanged."""
+    run, base = setup
+    frozen = ["trainer.world_size=2", "model.freeze_vision_tower=true"]
+    off = ["trainer.reuse_vision_features=false"]
+    shared = ["trainer.share_prompt_prefix=true"]
+    pairs = {"packed": (run("frozen", frozen), run("frozen-plain", [*frozen, *off])),
+             "shared": (run("frozen-shared", [*frozen, *shared]), run("frozen-shared-plain", [*frozen, *shared, *off]))}
+    prompts = 4  # per step, over both ranks
+    for name, (reused, plain) in pairs.items():
+        _assert_same_training(plain, reused, base, rtol=1e-5)
+        for h in reused.history:  # policy ranks: one tower pass per prompt
+            assert h["perf/rank_vision_passes"] == prompts, name
+    # without reuse: old, reference and update each encode every response's (packed) or prompt's (shared) media
+    assert all(h["perf/rank_vision_passes"] == 3 * 2 * prompts for h in pairs["packed"][1].history)
+    assert all(h["perf/rank_vision_passes"] == 3 * prompts for h in pairs["shared"][1].history)
