@@ -25,28 +25,25 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from evr1.models import load_adapter, load_model, make_tiny  # noqa: E402
 from evr1.plan import STATIC, Setup, Tokens, arch_from_config, memory  # noqa: E402
 from evr1.train.memory_probe import peak_allocated_bytes  # noqa: E402
 from evr1.train.sequence_parallel import sp_groups, sp_response_log_probs  # noqa: E402
 from evr1.video.clip import VideoClip  # noqa: E402
+from random_media import random_clip  # noqa: E402
 
 RESPONSE = 128
 
 
 def _clip(frames: int, height: int, width: int) -> VideoClip:
-    rng = np.random.default_rng(0)
-    pixels = rng.integers(0, 256, (frames, height, width, 3), dtype=np.uint8)
-    indices = [15 * i for i in range(frames)]
-    return VideoClip(frames=pixels, fps=30.0, frame_indices=indices, total_frames=indices[-1] + 1,
-                     duration=(indices[-1] + 1) / 30.0)
+    return random_clip(frames, height, width)
 
 
 def _rank(rank: int, world: int, port: int, args: argparse.Namespace, model_dir: str, out) -> None:

@@ -28,17 +28,15 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from evr1.models import grouped_response_log_probs, load_adapter, load_model, make_tiny, response_log_probs  # noqa: E402
 from evr1.video.clip import VideoClip  # noqa: E402
+from random_media import random_clip  # noqa: E402
 
 
 def _clip(frames: int, height: int, width: int) -> VideoClip:
-    rng = np.random.default_rng(0)
-    pixels = rng.integers(0, 256, (frames, height, width, 3), dtype=np.uint8)
-    indices = [15 * i for i in range(frames)]
-    return VideoClip(frames=pixels, fps=30.0, frame_indices=indices, total_frames=indices[-1] + 1,
-                     duration=(indices[-1] + 1) / 30.0)
+    return random_clip(frames, height, width)
 
 
 def _best(fn, repeats: int) -> float:

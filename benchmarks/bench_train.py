@@ -22,12 +22,12 @@ Run:  PYTHONPATH=. .venv/bin/python benchmarks/bench_train.py [--steps 2] [--cli
 Prints a Markdown table, then one JSON line.
 
 `--part packing` (issue 11) measures instead one micro-batch of prompts of mixed lengths (videos of
-8, 16, 32 and 64 frames at 384×672: about 1,000 to 8,000 tokens each, random frames: this is the
+`--frames` 8, 16, 32 and 64 frames at 384×672: about 1,000 to 8,000 tokens each, random frames: this is the
 pass's compute, not the data path) through the same model, forward and backward of the response
 log-probs, padded to the longest vs packed end to end (`evr1.models.packed`): tokens per second and
 padding share side by side, and the largest log-prob difference between the two.
 
-Run:  PYTHONPATH=. .venv/bin/python benchmarks/bench_train.py --part packing [--reps 3]
+Run:  PYTHONPATH=. .venv/bin/python benchmarks/bench_train.py --part packing [--reps 3] [--size small --frames 4 8 16 32]
 """
 
 from __future__ import annotations
@@ -61,11 +61,15 @@ SIZES = {
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, vision_depth=2, vision_hidden_size=64, vision_heads=2,
                  max_position_embeddings=32768),
+    # A decoder that does real work beside a light tower (for --part packing: padding costs decoder time).
+    "small": dict(hidden_size=512, intermediate_size=2048, num_hidden_layers=4, num_attention_heads=4,
+                  num_key_value_heads=2, vision_depth=1, vision_hidden_size=64, vision_heads=2,
+                  max_position_embeddings=32768),
     "3b": dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
                num_key_value_heads=2, vision_depth=32, vision_hidden_size=1280, vision_heads=16,
                max_position_embeddings=32768),
 }
-FAMILY = {"tiny": "qwen3_vl", "3b": "qwen2_5_vl"}
+FAMILY = {"tiny": "qwen3_vl", "small": "qwen3_vl", "3b": "qwen2_5_vl"}
 # For the model-loading memory figure only: large enough (~0.56 GB float32) to stand out of the runtime's RSS.
 RSS_SIZES = dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=8, num_attention_heads=8,
                  num_key_value_heads=4, vision_depth=4, vision_hidden_size=512, vision_heads=8)
@@ -124,7 +128,7 @@ def packing(args) -> None:
 
     from evr1.models import load_model, response_log_probs
     from evr1.models.packed import packed_response_log_probs, padding_share
-    from evr1.video.clip import VideoClip
+    from random_media import random_clip
 
     torch.set_num_threads(os.cpu_count() or 2)
     model_dir = args.workdir / f"model-{args.size}"
@@ -133,10 +137,8 @@ def packing(args) -> None:
     adapter, model = load_adapter(model_dir), load_model(model_dir).to(args.device)
     rng = np.random.default_rng(0)
     prompts = []
-    for t in (8, 16, 32, 64):
-        frames = rng.integers(0, 256, (t, 384, 672, 3), dtype=np.uint8)
-        clip = VideoClip(frames=frames, fps=2.0, frame_indices=list(range(0, 2 * t, 2)), total_frames=2 * t,
-                         duration=float(t))
+    for t in args.frames:
+        clip = random_clip(t, 384, 672, seed=t, fps=2.0, stride=2)
         prompts.append(adapter.encode_prompt("<video>\nWhat colour is the moving box?", videos=[clip], defer_media=True))
     vocab = min(len(adapter.tokenizer), model.config.get_text_config().vocab_size) - 8
     responses = [rng.integers(10, vocab, args.response_tokens).tolist() for _ in prompts]
@@ -168,6 +170,8 @@ def main() -> None:
     ap.add_argument("--part", choices=["trainer", "packing"], default="trainer")
     ap.add_argument("--reps", type=int, default=3, help="--part packing: repetitions (median)")
     ap.add_argument("--response-tokens", type=int, default=64, help="--part packing: tokens per response")
+    ap.add_argument("--frames", type=int, nargs="+", default=[8, 16, 32, 64],
+                    help="--part packing: frames of each prompt's video (one prompt each)")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--clips", type=int, default=2, help="prompts per step (one clip each)")
     ap.add_argument("--n", type=int, default=4, help="responses per prompt")
