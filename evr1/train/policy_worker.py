@@ -29,9 +29,9 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from evr1 import rl
 from evr1.models import encode_visual, grouped_response_log_probs, load_adapter, response_log_probs
-from evr1.models.shared_prefix import VisualFeatures
 from evr1.models.packed import packed_response_log_probs, supports_packing
 from evr1.models.runtime import VisionPassCounter
+from evr1.models.shared_prefix import VisualFeatures
 from evr1.train.precision import precision
 from evr1.train.prompt_prep import READ_ERRORS, PromptPrep, ReaderSpec, row_key
 from evr1.train.rollout_worker import peak_rss_mb
@@ -182,7 +182,8 @@ class PolicyWorker:
         if options["needs_reference"]:
             self.ref = builder(self.model_dir, prepare=lambda m: m.eval().requires_grad_(False), **build)
         self.vision_passes = [VisionPassCounter(m) for m in (self.model, self.ref) if m is not None]
-        self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=options["lr"], betas=tuple(options["betas"]),
+        trainable = [p for p in self.model.parameters() if p.requires_grad]  # a frozen tower has no Adam state
+        self.optimizer = torch.optim.AdamW(trainable, lr=options["lr"], betas=tuple(options["betas"]),
                                            weight_decay=options["weight_decay"])
         self.device = device
 
@@ -274,6 +275,7 @@ class PolicyWorker:
         mask = batch.response_mask.bool()
         width = mask.shape[1]
         options = {"temperature": self.o["temperature"], "with_entropy": with_entropy, "dtype": self.dtype}
+
         def visual(key):
             return self._visual[key].to(self.device) if self.reuse_visual and key is not None else None
         parts = [grouped_response_log_probs(model, self.adapter, prompt, responses, visual=visual(key), **options)

@@ -251,8 +251,8 @@ def _one_step(cfg, cluster: _Cluster, source: PromptSource, adapter, score, step
         return metrics
 
     if t.max_tokens_per_micro_batch:  # whole groups dealt out so that every rank gets as many tokens
-        order = micro_batches.balance_groups(batch.groups, [p + len(r) for p, r in zip(batch.prompt_tokens,
-                                                                                       batch.responses)], data_parallel(t))
+        seq_tokens = [p + len(r) for p, r in zip(batch.prompt_tokens, batch.responses)]
+        order = micro_batches.balance_groups(batch.groups, seq_tokens, data_parallel(t))
         batch = _reordered(batch, order) if order else batch
     lengths = [len(r) for r in batch.responses]
     mask = torch.zeros(len(lengths), max(lengths))
