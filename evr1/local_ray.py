@@ -110,7 +110,7 @@ def _watch(pid: int, marker: str, every_s: float = 1.0) -> dict[int, float]:
             if fd is not None:
                 if select.select([fd], [], [], every_s)[0]:
                     return seen
-            elif not _alive(pid):
+            elif not pid_alive(pid):
                 return seen
             else:
                 time.sleep(every_s)
@@ -119,7 +119,8 @@ def _watch(pid: int, marker: str, every_s: float = 1.0) -> dict[int, float]:
             os.close(fd)
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (one we may not signal counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -174,7 +175,7 @@ def reap(marker: str, temp_dir: str, grace_s: float = GRACE_S, seen: dict[int, f
         deadline = time.monotonic() + wait_s
         while left and time.monotonic() < deadline:
             time.sleep(0.1)
-            left = [pid for pid in left if _alive(pid)]
+            left = [pid for pid in left if pid_alive(pid)]
     shutil.rmtree(temp_dir, ignore_errors=True)
     return sorted(seen)
 

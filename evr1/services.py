@@ -20,6 +20,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from evr1.local_ray import pid_alive
 from evr1.tracking import _started  # a pid's start time: a pid with it names one process
 
 STATE_FILE = "services.json"
@@ -169,12 +170,9 @@ def down(state: Path, *, grace: float = 20.0) -> dict[str, list[int]]:
 
 
 def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    """Whether the process runs: it exists and is not a zombie."""
+    if not pid_alive(pid):
         return False
-    except PermissionError:
-        return True
     try:  # a zombie of ours is gone for every purpose: reap it
         return os.waitpid(pid, os.WNOHANG) == (0, 0)
     except ChildProcessError:

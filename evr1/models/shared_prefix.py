@@ -269,7 +269,9 @@ def grouped_response_log_probs(
         raise ValueError("grouped_response_log_probs: no responses for the prompt")
     device = _device_of(model)
     n = len(responses)
-    prefix = adapter.collate([prompt]).to(device, dtype)
+    prefix = adapter.collate([prompt])
+    # Given features, the prompt's pixels are never made (the tower would not see them).
+    prefix = (prefix.with_visual(visual) if visual is not None else prefix).to(device, dtype)
     ids, attention, mask = pad_responses(adapter, responses, device)
     with _cache_kept(model):
         return _grouped(model, prefix, visual, ids, attention, mask, temperature, with_entropy)

@@ -37,7 +37,8 @@ def test_every_rank_runs_as_many_micro_batches():
     keys = [list("aabb"), list("ccdd")]
     cuts, figures = mb.plan(prompts, responses, keys, [(0, 4)], "packed", 1100, fixed=[])
     assert [len(rank[0]) for rank in cuts] == [4, 4]  # rank 0 fits in one, split to match rank 1's four
-    assert figures["micro_batches"] == 4 and figures["padding_share"] == 0.0 and figures["over_budget"] == 0
+    # the costliest micro-batch: one of rank 1's 1,000-token prompts with its response, within the budget
+    assert figures["micro_batches"] == 4 and figures["max_micro_tokens"] == 1010 and figures["over_budget"] == 0
     for rank, p, r, k in zip(cuts, prompts, responses, keys):
         assert [i for a, b in rank[0] for i in range(a, b)] == list(range(4))
 

@@ -47,7 +47,7 @@ def run(tmp_path_factory):
     exp = client.get_experiment_by_name(tr.experiment)
     (train_run,) = client.search_runs([exp.experiment_id], "tags.`evr1.stage` = 'train'")
     return {"records": records, "model": Path(model.uri), "run": train_run, "client": client, "tmp": tmp,
-            "result": result}
+            "result": result, "heldout": d["heldout"]}
 
 
 def _table(run, name: str) -> list[dict]:
@@ -68,10 +68,12 @@ def test_offline_trajectories_replace_the_last_response(run):
     assert metrics["offline/truncated"] == 1
     assert metrics["reward/offline_accuracy"] == pytest.approx(0.5)  # "eeee" pays 1, "xyz …" pays 0
     assert metrics["response/offline_length_mean"] == pytest.approx((short_len + 8) / 2)
-    assert "reward/online_overall" in metrics and "response/online_length_mean" in metrics
 
     rows = _table(run, "rollouts/step_000001.json")
     assert len(rows) == 8 and {r["step"] for r in rows} == {1}
+    online = [r for r in rows if not r["offline"]]  # the table holds the whole step here: the online six
+    assert metrics["response/online_length_mean"] == pytest.approx(sum(r["length"] for r in online) / 6)
+    assert metrics["reward/online_overall"] == pytest.approx(sum(r["reward_overall"] for r in online) / 6)
     off = {r["sample_id"]: r for r in rows if r["offline"]}
     assert set(off) == {run["records"][0]["problem_id"], run["records"][1]["problem_id"]}
     short, long = off[run["records"][0]["problem_id"]], off[run["records"][1]["problem_id"]]
@@ -85,7 +87,8 @@ def test_offline_trajectories_replace_the_last_response(run):
     assert all(r["prompt"] == shorten(ids[r["sample_id"]]["problem"], PROMPT_CHARS) for r in rows)
 
     validation = _table(run, "validation/step_000001.json")
-    assert len(validation) == 2 and all("answer" in r and "response" in r for r in validation)
+    heldout = [json.loads(line) for line in Path(run["heldout"]).read_text().splitlines()][:2]
+    assert [r["answer"] for r in validation] == [str(h["answer"]) for h in heldout]  # val_limit 2, in order
 
 
 def test_which_samples_get_their_trajectory_is_reproducible():

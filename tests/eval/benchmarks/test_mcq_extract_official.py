@@ -1,8 +1,9 @@
-"""mlvu: the official extraction's value on each output, and evr1's.
+"""lvbench and mlvu: the official extraction's value on each output, and evr1's (one table: both use it).
 
 Official values from (how they were made: `official.py`):
     EvolvingLMMs-Lab/lmms-eval @ 75571cfe0fa36ca5ec2e6aa2bb268f9d38295af3
-    lmms_eval/tasks/_task_utils/mcq_extract.py extract_mcq_answer(text, choices=A–D) (mlvu/utils.py).
+    lmms_eval/tasks/_task_utils/mcq_extract.py extract_mcq_answer(text, choices=A–D), as both
+    lvbench/utils.py and mlvu/utils.py call it. evr1 gives mlvu its six options A–F (its deviation).
 """
 
 from evr1.eval.prompting import strip_reasoning
@@ -63,17 +64,25 @@ TABLE = [
     ('I choose A over B', 'B'),
 ]
 
-DEVIATIONS = {
+LVBENCH_DEVIATIONS = {
+    'A<think>x</think>B': 'A',
+}
+MLVU_DEVIATIONS = {
+    **LVBENCH_DEVIATIONS,
     '(E) the truck': 'E',
     'E': 'E',
     'F': 'F',
     'The answer is E': 'E',
-    'A<think>x</think>B': 'A',
 }
 
 
-def ours(text):
+def lvbench(text):
+    return mcq_extract(strip_reasoning(text), "ABCD")
+
+
+def mlvu(text):
     return mcq_extract(strip_reasoning(text), "ABCDEF")
 
 
-test_agrees_with_official = agreement_test(ours, TABLE, DEVIATIONS)
+test_lvbench_agrees_with_official = agreement_test(lvbench, TABLE, LVBENCH_DEVIATIONS)
+test_mlvu_agrees_with_official = agreement_test(mlvu, TABLE, MLVU_DEVIATIONS)
