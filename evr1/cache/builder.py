@@ -229,6 +229,8 @@ def _run_ray(jobs: list[_Job], params: FrameParams, timeout_s: float | None, wor
     finally:
         for ref in pending:
             ray.cancel(ref, force=True)
+        if pending:  # a build run right after this one (a resume) must not be handed a worker being killed
+            ray.wait(list(pending), num_returns=len(pending), timeout=CANCEL_GRACE_S)
         if started:
             ray.shutdown()
 
