@@ -77,6 +77,9 @@ class SynthConfig(Section):
     size: tuple[int, int] = (64, 64)
     fps: int = 8
     seconds: float = 2.0
+    # Only these kinds, in equal shares (e.g. the learning task's colour, direction, flashes, appears:
+    # evr1/data/synth_tasks.py); empty: the default mix of every video kind plus `image_fraction` images.
+    kinds: list[str] = []
 
 
 class DataConfig(Section):
@@ -141,6 +144,18 @@ class CacheConfig(Section):
 class TinyModelConfig(Section):
     family: Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl"] = "qwen3_vl"
     seed: int = 0
+    # Overrides of evr1.models.tiny.DEFAULT_SIZES (hidden_size, num_hidden_layers, vision_depth, …).
+    sizes: dict[str, int] = {}
+
+    @field_validator("sizes")
+    @classmethod
+    def _known_sizes(cls, value: dict[str, int]) -> dict[str, int]:
+        from evr1.models.tiny import DEFAULT_SIZES
+
+        unknown = sorted(set(value) - set(DEFAULT_SIZES))
+        if unknown:
+            raise ValueError(f"model.tiny.sizes: unknown {unknown}; known: {sorted(DEFAULT_SIZES)}")
+        return value
 
 
 def refuse_hub_id(path: str | None, field: str) -> str | None:
@@ -298,6 +313,9 @@ class TrainerConfig(Section):
     # never repeats it.
     warmup_sft_steps: int = Field(0, ge=0)
     warmup_lr: float | None = Field(None, gt=0.0)  # None: trainer.lr
+    # What the warm-up puts in the tag (evr1/train/warmup.py): the ground truth, or an answer drawn
+    # uniformly from each item's valid answers, so the warm-up teaches the format and no answers.
+    warmup_answers: Literal["ground_truth", "answer_space"] = "ground_truth"
     # Prompts each worker reads and prepares ahead, in the background, while the current step runs
     # (rollout: the next step's; policy ranks: the current step's, during generation). 0: none.
     prefetch_prompts: int = Field(64, ge=0)

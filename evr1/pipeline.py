@@ -189,7 +189,7 @@ def stage_ingest(cfg: Config, *, run_key: str | None = None) -> StageResult:
         if d.synth is not None:
             s = d.synth
             rep = make_synthetic(p["data"] / "synth", s.n, seed=s.seed, heldout=s.heldout,
-                                 image_fraction=s.image_fraction, size=tuple(s.size), fps=s.fps, seconds=s.seconds)
+                                 image_fraction=s.image_fraction, size=tuple(s.size), fps=s.fps, seconds=s.seconds, kinds=s.kinds or None)
             train_files, eval_files, root = [str(rep.train_path)], [str(rep.heldout_path)], str(p["data"] / "synth")
         samples_uri, rejects_uri = str(p["lance"] / "samples"), str(p["lance"] / "rejects")
         prompt_limit = limit_for_config(cfg)  # over-long records are rejected with their length
@@ -222,10 +222,11 @@ def stage_model(cfg: Config, *, run_key: str | None = None) -> StageResult:
     if cfg.model.path:
         return StageResult(stage="model", uri=cfg.model.path, content_hash=_hash(cfg.model.path, _file_stats(cfg.model.path)))
     tiny = cfg.model.tiny
-    out = run_paths(cfg)["models"] / f"tiny-{tiny.family}-seed{tiny.seed}"
+    suffix = f"-{_hash(sorted(tiny.sizes.items()))[:8]}" if tiny.sizes else ""
+    out = run_paths(cfg)["models"] / f"tiny-{tiny.family}-seed{tiny.seed}{suffix}"
     if not (out / "config.json").exists():
-        make_tiny(tiny.family, out, seed=tiny.seed)
-    return StageResult(stage="model", uri=str(out), content_hash=_hash(tiny.family, tiny.seed))
+        make_tiny(tiny.family, out, seed=tiny.seed, **tiny.sizes)
+    return StageResult(stage="model", uri=str(out), content_hash=_hash(tiny.family, tiny.seed, *sorted(tiny.sizes.items())))
 
 
 def _media_items(samples: list[dict]) -> list[tuple[str, str, str]]:
@@ -343,7 +344,7 @@ def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: S
         bars = progress.TrainingProgress(cfg.trainer.warmup_sft_steps, cfg.trainer.steps)
 
         def log_metrics(m: dict, s: int) -> None:
-            tr.log_metrics({k: v for k, v in m.items() if s > done.get(k, 0)}, step=s)
+            tr.log_metrics({k: v for k, v in m.items() if s > done.get(k, -1)}, step=s)  # step 0: validation before RL
             bars(m, s)
 
         def log_table(name: str, table: list[dict]) -> None:

@@ -11,48 +11,17 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from pydantic import BaseModel
 
-from evr1.data.synth_media import PALETTE, canvas, draw, write_mp4, write_png
+from evr1.data.synth_tasks import LEARNING_KINDS
+from evr1.data.synth_media import PALETTE, SHAPES, Canvas, Item, canvas, draw, sweep, write_mp4, write_png
 
 COLOURS = tuple(PALETTE)
-SHAPES = ("square", "circle")
 LETTERS = "ABCDEFGH"
 N_OPTIONS = 4
-
-
-@dataclass(frozen=True)
-class Canvas:
-    """Geometry shared by every kind: frame size, frame rate and clip length."""
-
-    width: int
-    height: int
-    fps: int
-    frames: int
-
-    @property
-    def radius(self) -> float:
-        return max(3.0, min(self.width, self.height) / 8)
-
-
-@dataclass
-class Item:
-    """One generated question: its medium (T×H×W×3 clip or H×W×3 image) and the schema fields."""
-
-    kind: str
-    medium: np.ndarray
-    problem: str
-    answer: str
-    problem_type: str
-    options: list[str] = field(default_factory=list)
-
-    @property
-    def data_type(self) -> str:
-        return "video" if self.medium.ndim == 4 else "image"
 
 
 def _colour_options(rng: np.random.Generator, answer: str) -> tuple[list[str], str]:
@@ -64,20 +33,9 @@ def _colour_options(rng: np.random.Generator, answer: str) -> tuple[list[str], s
     return [f"{LETTERS[i]}. {name}" for i, name in enumerate(names)], LETTERS[names.index(answer)]
 
 
-def _sweep(geo: Canvas, rng: np.random.Generator, shape: str, colour: str, left_to_right: bool) -> np.ndarray:
-    """A shape crossing the frame horizontally at a random height, visible in every frame."""
-    r = geo.radius
-    cy = float(rng.uniform(r + 1, geo.height - r - 1))
-    xs = np.linspace(r + 1, geo.width - r - 1, geo.frames)
-    clip = canvas(geo.height, geo.width, geo.frames)
-    for t, cx in enumerate(xs if left_to_right else xs[::-1]):
-        draw(clip[t], shape, float(cx), cy, r, colour)
-    return clip
-
-
 def kind_moving_colour(geo: Canvas, rng: np.random.Generator) -> Item:
     colour = COLOURS[rng.integers(len(COLOURS))]
-    clip = _sweep(geo, rng, SHAPES[rng.integers(2)], colour, bool(rng.integers(2)))
+    clip = sweep(geo, rng, SHAPES[rng.integers(2)], colour, bool(rng.integers(2)))
     options, letter = _colour_options(rng, colour)
     return Item("moving_colour", clip, "<video>\nWhat colour is the moving shape?", letter, "multiple choice", options)
 
@@ -101,7 +59,7 @@ def kind_flash_count(geo: Canvas, rng: np.random.Generator) -> Item:
 def kind_direction(geo: Canvas, rng: np.random.Generator) -> Item:
     left_to_right = bool(rng.integers(2))
     colour = COLOURS[rng.integers(len(COLOURS))]
-    clip = _sweep(geo, rng, SHAPES[rng.integers(2)], colour, left_to_right)
+    clip = sweep(geo, rng, SHAPES[rng.integers(2)], colour, left_to_right)
     answer = "Yes" if left_to_right else "No"
     return Item("direction", clip, "<video>\nDoes the shape move from left to right?", answer, "boolean")
 
@@ -155,7 +113,7 @@ IMAGE_KINDS: dict[str, Callable[[Canvas, np.random.Generator], Item]] = {
     "image_colour": kind_image_colour,
     "image_count": kind_image_count,
 }
-KINDS = {**VIDEO_KINDS, **IMAGE_KINDS}
+KINDS = {**VIDEO_KINDS, **IMAGE_KINDS, **LEARNING_KINDS}
 SPLITS = ("train", "heldout")
 
 
@@ -170,8 +128,11 @@ class SynthReport(BaseModel):
     kinds: dict[str, dict[str, int]]  # split → kind (see KINDS) → n
 
 
-def _schedule(n: int, image_fraction: float, rng: np.random.Generator) -> list[str]:
-    """Kinds for one split: the image share first, video kinds cycling, then shuffled."""
+def _schedule(n: int, image_fraction: float, rng: np.random.Generator, only: list[str] | None = None) -> list[str]:
+    """Kinds for one split: the image share first, video kinds cycling, then shuffled; or the
+    `only` kinds cycling (in equal shares), then shuffled."""
+    if only:
+        return [only[i] for i in rng.permutation(np.arange(n) % len(only))]
     n_image = min(n, int(round(n * image_fraction)))
     kinds = [list(IMAGE_KINDS)[i % len(IMAGE_KINDS)] for i in range(n_image)]
     kinds += [list(VIDEO_KINDS)[i % len(VIDEO_KINDS)] for i in range(n - n_image)]
@@ -195,13 +156,18 @@ def make_synthetic(
     size: tuple[int, int] = (64, 64),
     fps: int = 8,
     seconds: float = 2.0,
+    kinds: list[str] | None = None,
 ) -> SynthReport:
     """Write `n` questions (videos, PNGs, `train.jsonl`, `heldout.jsonl`) under `out_dir`.
 
     `heldout` is a count (int) or a fraction (float) of `n`; `size` is (width, height). Media
     paths in the JSONL are relative to `out_dir`; every sample has its own file, so splits share
-    no video and no `problem_id`.
+    no video and no `problem_id`. `kinds` (names in `KINDS`) replaces the default mix: equal shares
+    of those kinds, `image_fraction` unused (the learning task, evr1/data/synth_tasks.py).
     """
+    unknown = sorted(set(kinds or []) - set(KINDS))
+    if unknown:
+        raise ValueError(f"unknown synthetic kinds {unknown}; known: {sorted(KINDS)}")
     if n < 0 or not 0.0 <= image_fraction <= 1.0:
         raise ValueError(f"need n >= 0 and 0 <= image_fraction <= 1, got n={n}, image_fraction={image_fraction}")
     out = Path(out_dir)
@@ -211,10 +177,10 @@ def make_synthetic(
     geo = Canvas(width=size[0], height=size[1], fps=fps, frames=max(1, int(round(fps * seconds))))
 
     counts: dict[str, Counter[str]] = {}
-    kinds: dict[str, Counter[str]] = {}
+    kind_counts: dict[str, Counter[str]] = {}
     paths: dict[str, Path] = {}
     for split_index, (split, size_n) in enumerate(_split_sizes(n, heldout).items()):
-        schedule = _schedule(size_n, image_fraction, np.random.default_rng([seed, split_index]))
+        schedule = _schedule(size_n, image_fraction, np.random.default_rng([seed, split_index]), kinds)
         lines, types = [], []
         for i, kind in enumerate(schedule):
             item = KINDS[kind](geo, np.random.default_rng([seed, split_index, i]))
@@ -237,12 +203,16 @@ def make_synthetic(
                 "data_source": "synthetic",
                 "synth_kind": item.kind,
             }
+            if item.answer_space:
+                record["answer_space"] = item.answer_space
+            if item.trajectory:
+                record.update(trajectory=item.trajectory, has_offline_trajectory=True)
             lines.append(json.dumps(record) + "\n")
             types.append(item.problem_type)
         paths[split] = out / f"{split}.jsonl"
         paths[split].write_text("".join(lines), encoding="utf-8")
         counts[split] = Counter(types)
-        kinds[split] = Counter(schedule)
+        kind_counts[split] = Counter(schedule)
 
     return SynthReport(
         train_path=str(paths["train"]),
@@ -250,5 +220,5 @@ def make_synthetic(
         video_dir=str(video_dir),
         image_dir=str(image_dir),
         counts={s: dict(c) for s, c in counts.items()},
-        kinds={s: dict(c) for s, c in kinds.items()},
+        kinds={s: dict(c) for s, c in kind_counts.items()},
     )

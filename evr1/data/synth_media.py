@@ -6,6 +6,7 @@ decoded pixels after lossy H.264 + 4:2:0 chroma subsampling.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import av
@@ -23,6 +24,42 @@ PALETTE: dict[str, tuple[int, int, int]] = {
     "magenta": (210, 40, 210),
     "cyan": (30, 200, 210),
 }
+
+SHAPES = ("square", "circle")
+
+
+@dataclass(frozen=True)
+class Canvas:
+    """Geometry shared by every kind: frame size, frame rate and clip length."""
+
+    width: int
+    height: int
+    fps: int
+    frames: int
+
+    @property
+    def radius(self) -> float:
+        return max(3.0, min(self.width, self.height) / 8)
+
+
+@dataclass
+class Item:
+    """One generated question: its medium (T×H×W×3 clip or H×W×3 image) and the schema fields."""
+
+    kind: str
+    medium: np.ndarray
+    problem: str
+    answer: str
+    problem_type: str
+    options: list[str] = field(default_factory=list)
+    # Every answer the question admits (for a format warm-up that must not reveal the right one),
+    # and a correct reasoning-and-answer response (for mixed offline-online training); optional.
+    answer_space: list[str] = field(default_factory=list)
+    trajectory: str = ""
+
+    @property
+    def data_type(self) -> str:
+        return "video" if self.medium.ndim == 4 else "image"
 
 
 def canvas(height: int, width: int, frames: int | None = None) -> np.ndarray:
@@ -67,3 +104,15 @@ def write_mp4(path: Path, frames: np.ndarray, fps: int, gop: int = 8) -> None:
 
 def write_png(path: Path, image: np.ndarray) -> None:
     Image.fromarray(image).save(path, format="PNG")
+
+
+def sweep(geo: Canvas, rng: np.random.Generator, shape: str, colour: str, left_to_right: bool,
+          radius: float | None = None) -> np.ndarray:
+    """A shape crossing the frame horizontally at a random height, visible in every frame."""
+    r = radius or geo.radius
+    cy = float(rng.uniform(r + 1, geo.height - r - 1))
+    xs = np.linspace(r + 1, geo.width - r - 1, geo.frames)
+    clip = canvas(geo.height, geo.width, geo.frames)
+    for t, cx in enumerate(xs if left_to_right else xs[::-1]):
+        draw(clip[t], shape, float(cx), cy, r, colour)
+    return clip

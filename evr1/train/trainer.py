@@ -33,7 +33,8 @@ from evr1.train.ray_utils import ensure_ray
 from evr1.train.rollout import FIELDS, Rollout, collect, draw_readable
 from evr1.train.rollout_table import RolloutTables, TableSink
 from evr1.train.rollout_worker import RolloutWorker
-from evr1.train import offline
+from evr1.train import offline, warmup
+from evr1.train.breakdown import accuracy_by_family
 from evr1.train.schedule import lr_at
 
 
@@ -201,6 +202,10 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
         cluster.sync_weights()
         step = state["step"]
         tables = RolloutTables(log_table, t.log_rollouts_every, t.rollout_table_rows)
+        if val_samples and t.val_every and step == 0:  # where RL starts from (after any warm-up)
+            before = validate(cfg, cluster, val_samples, adapter, score)
+            history.append({"step": 0, **before})
+            log_metrics(before, 0)
         while step < t.steps:
             step += 1
             metrics = _one_step(cfg, cluster, source, adapter, score, step, kl_ctrl, tables=tables)
@@ -408,6 +413,7 @@ def _reward_metrics(r: Rollout) -> dict[str, float]:
             "reward/overall_std": float(overall.std(ddof=1)) if len(overall) > 1 else 0.0,
             "response/length_mean": float(np.mean(lengths)), "response/length_max": float(max(lengths)),
             "response/clip_ratio": float(np.mean(r.truncated)),
+            **accuracy_by_family(r.rows, r.scores, "reward/accuracy"),
             **offline.metrics(r.offline, r.scores, r.responses, r.truncated)}  # apart, in mixed offline-online mode
 
 
@@ -429,7 +435,8 @@ def validate(cfg: Config, cluster: _Cluster, samples: list[dict], adapter, score
     if tables is not None:
         tables.saw_validation([s for s, _ in chosen], [o[0]["text"] for o in outs], scores,
                               [len(o[0]["token_ids"]) for o in outs])
-    return {f"val/{k}": float(np.mean([s.get(k, 0.0) for s in scores])) for k in ("overall", "accuracy", "format")}
+    return {**{f"val/{k}": float(np.mean([s.get(k, 0.0) for s in scores])) for k in ("overall", "accuracy", "format")},
+            **accuracy_by_family([s for s, _ in chosen], scores, "val/accuracy")}
 
 
 def _shards(world_size: int, rows: list[dict], responses: list[list[int]], advantages: list[list[float]], *,
@@ -456,16 +463,19 @@ def _shards(world_size: int, rows: list[dict], responses: list[list[int]], advan
 
 
 def _warmup(cfg: Config, cluster: _Cluster, samples: list[dict], adapter, log_metrics) -> None:
-    """Supervised cold start on the ground-truth answers, from its own seeded order (the RL order is untouched)."""
+    """Supervised cold start on the answer format (`trainer.warmup_answers` says what goes in the tag),
+    from its own seeded order (the RL order is untouched)."""
     t, ro = cfg.trainer, cfg.rollout
     source = PromptSource(samples, seed=cfg.run.seed + 7919)
-    size = t.prompts_per_step * ro.n
     eos = adapter.eos_token_ids[:1]
     for step in range(1, t.warmup_sft_steps + 1):
-        batch, handles, _ = draw_readable(source, cluster.rollout, size, {}, cluster.messages)
+        # As many sequences as an RL step (prompts_per_step × n), each prompt with n targets (n
+        # draws from its answer space under warmup_answers=answer_space) and read once.
+        drawn, handles, _ = draw_readable(source, cluster.rollout, t.prompts_per_step, {}, cluster.messages)
         cluster.messages.call(cluster.rollout.release, handles)
-        targets = [adapter.tokenizer.encode(f"<answer>{s['answer']}</answer>", add_special_tokens=False) + eos
-                   for s in batch]
+        batch = [s for s in drawn for _ in range(ro.n)]
+        targets = [adapter.tokenizer.encode(warmup.target(s, t.warmup_answers, seed=cfg.run.seed, step=step, draw=i % ro.n),
+                                            add_special_tokens=False) + eos for i, s in enumerate(batch)]
         shards = _shards(data_parallel(t), batch, targets, [[] for _ in targets])
         metrics = cluster.each_shard("sft_step", shards)
         log_metrics({k: float(np.mean([m[k] for m in metrics])) for k in metrics[0]}, step)

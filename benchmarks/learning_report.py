@@ -1,0 +1,127 @@
+"""Read a learning run back from MLflow and plot held-out accuracy against step (docs/learning.md).
+
+    .venv/bin/python benchmarks/learning_report.py runs/learning runs/learning-offline --out docs/learning.png
+
+Each argument is a run folder (`run.root/run.name`) whose `mlflow.db` holds an `evr1 run`; the newest
+`train` stage run is read. Prints, per run, the validation curve and the figures bench_learning.py
+reports (accuracy before RL, steps and seconds to the target).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+STAGE_TAG = "evr1.stage"
+
+
+def _client(run_dir: Path) -> MlflowClient:
+    return MlflowClient(tracking_uri=f"sqlite:///{(run_dir / 'mlflow.db').resolve()}")
+
+
+def stage_run(run_dir: Path, stage: str):
+    """The newest MLflow run of one pipeline stage in a run folder."""
+    client = _client(run_dir)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(experiments, filter_string=f"tags.`{STAGE_TAG}` = '{stage}'",
+                              order_by=["attributes.start_time DESC"], max_results=1)
+    if not runs:
+        raise LookupError(f"no '{stage}' stage run in {run_dir / 'mlflow.db'}")
+    return runs[0]
+
+
+def curve(run_dir: Path, key: str) -> list[tuple[int, float, float]]:
+    """(step, value, seconds since the train stage started) of one metric of the newest train run."""
+    run = stage_run(run_dir, "train")
+    start = run.info.start_time
+    history = _client(run_dir).get_metric_history(run.info.run_id, key)
+    return sorted((m.step, m.value, (m.timestamp - start) / 1000) for m in history)
+
+
+def validation(run_dir: Path) -> dict[str, list[tuple[int, float, float]]]:
+    """Every `val/accuracy*` curve of the train run (overall and per family)."""
+    run = stage_run(run_dir, "train")
+    keys = sorted(k for k in run.data.metrics if k.startswith("val/accuracy"))
+    return {k: curve(run_dir, k) for k in keys}
+
+
+def first_reaching(points: list[tuple[int, float, float]], target: float) -> tuple[int, float] | None:
+    """(step, seconds) of the first validation at or above `target`, or None."""
+    for step, value, seconds in points:
+        if value >= target:
+            return step, seconds
+    return None
+
+
+def train_wall_s(run_dir: Path) -> float:
+    info = stage_run(run_dir, "train").info
+    return (info.end_time - info.start_time) / 1000 if info.end_time else float("nan")
+
+
+def summary(run_dir: Path, target: float = 0.8) -> dict:
+    """The figures one run contributes to bench_learning.py's line."""
+    curves = validation(run_dir)
+    overall = curves["val/accuracy"]
+    reached = first_reaching(overall, target)
+    last_step = overall[-1][0]
+    return {
+        "heldout_accuracy_before_rl": overall[0][1] if overall[0][0] == 0 else None,
+        "heldout_accuracy_before_rl_by_family": {k.rsplit("/", 1)[1]: v[0][1] for k, v in curves.items()
+                                                 if k != "val/accuracy" and v[0][0] == 0},
+        "val_accuracy_final": overall[-1][1],
+        "val_accuracy_final_by_family": {k.rsplit("/", 1)[1]: v[-1][1] for k, v in curves.items()
+                                         if k != "val/accuracy" and v[-1][0] == last_step},
+        "steps": last_step,
+        "steps_to_target": reached[0] if reached else None,
+        "seconds_to_target": round(reached[1], 1) if reached else None,
+        "train_wall_s": round(train_wall_s(run_dir), 1),
+    }
+
+
+def plot(runs: dict[str, Path], out: Path, target: float = 0.8) -> Path:
+    """Held-out accuracy (overall, solid; per family, thin) against step, one colour per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for (label, run_dir), colour in zip(runs.items(), ("#4c72b0", "#dd8452", "#55a868", "#c44e52")):
+        curves = validation(run_dir)
+        steps, values, _ = zip(*curves["val/accuracy"])
+        axes[0].plot(steps, values, color=colour, marker="o", markersize=3, label=label)
+        for key, styled in zip((k for k in curves if k != "val/accuracy"), ("-", "--", ":", "-.", (0, (1, 3)))):
+            s, v, _ = zip(*curves[key])
+            axes[1].plot(s, v, color=colour, linestyle=styled, linewidth=1.2,
+                         label=f"{label}: {key.rsplit('/', 1)[1]}")
+    for ax, title in zip(axes, ("held-out accuracy (all families)", "held-out accuracy per family")):
+        ax.axhline(target, color="grey", linewidth=0.8, linestyle="--")
+        ax.set_ylim(0, 1.02)
+        ax.set_xlabel("RL step (0: after the format warm-up)")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", type=Path, help="run folders (label = folder name)")
+    parser.add_argument("--out", type=Path, default=Path("docs/learning.png"))
+    parser.add_argument("--target", type=float, default=0.8)
+    args = parser.parse_args()
+    runs = {d.name: d for d in args.runs}
+    for label, run_dir in runs.items():
+        print(json.dumps({"run": label, **summary(run_dir, args.target)}))
+    print(plot(runs, args.out, args.target))
+
+
+if __name__ == "__main__":
+    main()
