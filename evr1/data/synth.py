@@ -8,6 +8,7 @@ Everything derives from `seed`: the JSONL files are byte-identical across runs a
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
 from collections.abc import Callable
@@ -113,7 +114,8 @@ IMAGE_KINDS: dict[str, Callable[[Canvas, np.random.Generator], Item]] = {
     "image_colour": kind_image_colour,
     "image_count": kind_image_count,
 }
-KINDS = {**VIDEO_KINDS, **IMAGE_KINDS, **LEARNING_KINDS}
+KINDS = {**VIDEO_KINDS, **IMAGE_KINDS}  # the default mix
+ALL_KINDS = {**KINDS, **LEARNING_KINDS}  # what `kinds=` may name
 SPLITS = ("train", "heldout")
 
 
@@ -137,6 +139,22 @@ def _schedule(n: int, image_fraction: float, rng: np.random.Generator, only: lis
     kinds = [list(IMAGE_KINDS)[i % len(IMAGE_KINDS)] for i in range(n_image)]
     kinds += [list(VIDEO_KINDS)[i % len(VIDEO_KINDS)] for i in range(n - n_image)]
     return [kinds[i] for i in rng.permutation(n)]
+
+
+def _digest(medium: np.ndarray) -> str:
+    return hashlib.sha256(medium.tobytes()).hexdigest()
+
+
+def _fresh(kind: str, geo: Canvas, key: list[int], taken: set[str] | None, tries: int = 50) -> Item:
+    """Item `kind` drawn from the rng `key`; with `taken` (the training split's media), redrawn until
+    its pixels differ from every one of them (a kind with a blank answer, such as a square that never
+    flashes, keeps its blank clip after `tries`)."""
+    item = ALL_KINDS[kind](geo, np.random.default_rng(key))
+    for attempt in range(1, tries if taken is not None else 0):
+        if _digest(item.medium) not in taken:
+            break
+        item = ALL_KINDS[kind](geo, np.random.default_rng([*key, attempt]))
+    return item
 
 
 def _split_sizes(n: int, heldout: int | float) -> dict[str, int]:
@@ -165,9 +183,9 @@ def make_synthetic(
     no video and no `problem_id`. `kinds` (names in `KINDS`) replaces the default mix: equal shares
     of those kinds, `image_fraction` unused (the learning task, evr1/data/synth_tasks.py).
     """
-    unknown = sorted(set(kinds or []) - set(KINDS))
+    unknown = sorted(set(kinds or []) - set(ALL_KINDS))
     if unknown:
-        raise ValueError(f"unknown synthetic kinds {unknown}; known: {sorted(KINDS)}")
+        raise ValueError(f"unknown synthetic kinds {unknown}; known: {sorted(ALL_KINDS)}")
     if n < 0 or not 0.0 <= image_fraction <= 1.0:
         raise ValueError(f"need n >= 0 and 0 <= image_fraction <= 1, got n={n}, image_fraction={image_fraction}")
     out = Path(out_dir)
@@ -176,6 +194,7 @@ def make_synthetic(
     image_dir.mkdir(parents=True, exist_ok=True)
     geo = Canvas(width=size[0], height=size[1], fps=fps, frames=max(1, int(round(fps * seconds))))
 
+    seen: set[str] = set()  # the media drawn so far: a held-out item is never a training item's copy
     counts: dict[str, Counter[str]] = {}
     kind_counts: dict[str, Counter[str]] = {}
     paths: dict[str, Path] = {}
@@ -183,7 +202,8 @@ def make_synthetic(
         schedule = _schedule(size_n, image_fraction, np.random.default_rng([seed, split_index]), kinds)
         lines, types = [], []
         for i, kind in enumerate(schedule):
-            item = KINDS[kind](geo, np.random.default_rng([seed, split_index, i]))
+            item = _fresh(kind, geo, [seed, split_index, i], seen if split == "heldout" else None)
+            seen.add(_digest(item.medium))
             problem_id = f"synth-{split}-{i:05d}"
             if item.data_type == "video":
                 rel = f"videos/{problem_id}.mp4"

@@ -7,7 +7,7 @@ about is in the frames the model receives; `oracle` answers every item from thos
 | family     | question                                     | type               | answers     | chance |
 |------------|----------------------------------------------|--------------------|-------------|--------|
 | colour     | colour of the moving shape (fixed A–D order) | multiple choice    | A B C D     | 1/4    |
-| direction  | does it move from left to right?             | boolean            | Yes No      | 1/2    |
+| motion     | does it move from left to right?             | boolean            | Yes No      | 1/2    |
 | flashes    | how many times does the square flash?        | numerical          | 0 1 2       | 1/3    |
 | appears    | when is the circle on screen?                | temporal grounding | 4 intervals | 1/4    |
 
@@ -55,11 +55,11 @@ def kind_colour(geo: Canvas, rng: np.random.Generator) -> Item:
                 trajectory=_trajectory(f"The shape is {COLOURS[index]}.", letter))
 
 
-def kind_direction(geo: Canvas, rng: np.random.Generator) -> Item:
+def kind_motion(geo: Canvas, rng: np.random.Generator) -> Item:
     right = bool(rng.integers(2))
     clip = sweep(geo, rng, SHAPES[rng.integers(2)], COLOURS[rng.integers(len(COLOURS))], right, _radius(geo))
     answer = "Yes" if right else "No"
-    return Item("direction", clip, "<video>\nDoes the shape move from left to right?", answer, "boolean",
+    return Item("motion", clip, "<video>\nDoes the shape move from left to right?", answer, "boolean",
                 answer_space=["Yes", "No"],
                 trajectory=_trajectory(f"It moves to the {'right' if right else 'left'}.", answer))
 
@@ -117,7 +117,7 @@ def kind_appears(geo: Canvas, rng: np.random.Generator) -> Item:
 
 LEARNING_KINDS: dict[str, Callable[[Canvas, np.random.Generator], Item]] = {
     "colour": kind_colour,
-    "direction": kind_direction,
+    "motion": kind_motion,
     "flashes": kind_flashes,
     "flash_time": kind_flash_time,
     "appears": kind_appears,
@@ -143,7 +143,7 @@ def _oracle_colour(frames: np.ndarray, times: np.ndarray) -> str:
     return "ABCD"[COLOURS.index(name)]
 
 
-def _oracle_direction(frames: np.ndarray, times: np.ndarray) -> str:
+def _oracle_motion(frames: np.ndarray, times: np.ndarray) -> str:
     xs = [np.nonzero(_foreground(f))[1].mean() for f in frames[_on(frames)]]
     return "Yes" if xs[-1] > xs[0] else "No"
 
@@ -168,7 +168,7 @@ def _oracle_appears(frames: np.ndarray, times: np.ndarray) -> str:
 
 ORACLES: dict[str, Callable[[np.ndarray, np.ndarray], str]] = {
     "colour": _oracle_colour,
-    "direction": _oracle_direction,
+    "motion": _oracle_motion,
     "flashes": _oracle_flashes,
     "flash_time": _oracle_flash_time,
     "appears": _oracle_appears,
