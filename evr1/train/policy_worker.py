@@ -22,6 +22,7 @@ from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
     get_state_dict,
+    set_model_state_dict,
     set_state_dict,
 )
 from torch.distributed.device_mesh import init_device_mesh
@@ -461,6 +462,25 @@ class PolicyWorker:
         state = {"model": model_sd, "optim": optim_sd}
         dcp.load(state, checkpoint_id=path)
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
+    def adopt_reference(self) -> None:
+        """The reference becomes the current policy: after a format warm-up, KL is measured from the
+        weights RL starts from, not from the random or base weights before the warm-up."""
+        if self.ref is None:
+            return
+        with torch.no_grad():
+            for ref_param, param in zip(self.ref.parameters(), self.model.parameters()):
+                ref_param.copy_(param)
+
+    def save_reference(self, path: str) -> None:
+        if self.ref is not None:
+            dcp.save({"model": get_model_state_dict(self.ref)}, checkpoint_id=path)
+
+    def load_reference(self, path: str) -> None:
+        if self.ref is not None:
+            state = {"model": get_model_state_dict(self.ref)}
+            dcp.load(state, checkpoint_id=path)
+            set_model_state_dict(self.ref, state["model"])
 
     def shutdown(self) -> None:
         if dist.is_initialized():

@@ -194,10 +194,17 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
 
     cluster = _Cluster(cfg, model_dir, spec)
     try:
+        reference = out_dir / "warmup_reference"
         if resume_from:
             cluster.all("load", str(resume_from))
+            if reference.exists():
+                cluster.all("load_reference", str(reference))
         elif t.warmup_sft_steps:
             _warmup(cfg, cluster, samples, adapter, log_metrics)
+            # KL is measured from where RL starts (the warmed-up weights), also after a resume.
+            cluster.all("adopt_reference")
+            shutil.rmtree(reference, ignore_errors=True)
+            cluster.all("save_reference", str(reference))
         cluster.messages.call(cluster.rollout.prefetch, source.peek(t.prompts_per_step))
         cluster.sync_weights()
         step = state["step"]
