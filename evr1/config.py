@@ -316,6 +316,8 @@ class TrainerConfig(Section):
     # What the warm-up puts in the tag (evr1/train/warmup.py): the ground truth, or an answer drawn
     # uniformly from each item's valid answers, so the warm-up teaches the format and no answers.
     warmup_answers: Literal["ground_truth", "answer_space"] = "ground_truth"
+    # The warm-up leaves the vision tower as it is (only the decoder learns the format).
+    warmup_keeps_vision: bool = True
     # Prompts each worker reads and prepares ahead, in the background, while the current step runs
     # (rollout: the next step's; policy ranks: the current step's, during generation). 0: none.
     prefetch_prompts: int = Field(64, ge=0)

@@ -417,6 +417,12 @@ class PolicyWorker:
                 nll = nll + 0.0 * self._visual_dummy()
             (nll * self.world_size).backward()  # see `step`: FSDP2 averages over ranks
             total += float(nll.detach())
+        if self.o.get("warmup_keeps_vision", True):
+            # The format is text: a warm-up that updates the tower drives its features towards a
+            # constant (measured on the learning task: per-clip spread / norm 0.43 → 0.10 in 60
+            # steps), and RL then starts from a tower that barely tells clips apart.
+            for param in self.model.model.visual.parameters():
+                param.grad = None  # AdamW skips a parameter without a gradient
         grad_norm = self._clip_and_step()
         self._data_metrics()
         return {"warmup/nll": total * self.sp.dp_size, "warmup/grad_norm": grad_norm}

@@ -65,6 +65,7 @@ def _worker_options(cfg: Config) -> dict:
         "betas": list(t.betas), "weight_decay": t.weight_decay, "grad_clip": t.grad_clip,
         "lr": t.lr, "warmup_lr": t.warmup_lr or t.lr, "micro_batch_size": t.micro_batch_size,
         "ppo_epochs": t.ppo_epochs, "prefetch_prompts": t.prefetch_prompts,
+        "warmup_keeps_vision": t.warmup_keeps_vision,
         "padding_free": t.padding_free, "freeze_vision_tower": cfg.model.freeze_vision_tower,
         "sequence_parallel": t.sequence_parallel, "reuse_vision_features": t.reuse_vision_features,
         # Log-probs are taken at the sampling temperature, as the rollout drew them (greedy: 1).
