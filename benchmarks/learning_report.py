@@ -15,6 +15,8 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
+from evr1 import plots
+
 STAGE_TAG = "evr1.stage"
 
 
@@ -83,12 +85,7 @@ def summary(run_dir: Path, target: float = 0.8) -> dict:
 
 def plot(runs: dict[str, Path], out: Path, target: float = 0.8) -> Path:
     """Held-out accuracy (overall, solid; per family, thin) against step, one colour per run."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    plt, fig, axes = plots.figure(2, width=5.5, height=4.0)
     for (label, run_dir), colour in zip(runs.items(), ("#4c72b0", "#dd8452", "#55a868", "#c44e52")):
         curves = validation(run_dir)
         steps, values, _ = zip(*curves["val/accuracy"])
@@ -104,11 +101,7 @@ def plot(runs: dict[str, Path], out: Path, target: float = 0.8) -> Path:
         ax.set_title(title)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=90)
-    plt.close(fig)
-    return out
+    return plots.save(plt, fig, out, dpi=90)
 
 
 def main() -> None:

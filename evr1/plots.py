@@ -20,7 +20,7 @@ PANELS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _figure(n: int, width: float = 4.0, height: float = 3.0):
+def figure(n: int, width: float = 4.0, height: float = 3.0):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -28,6 +28,15 @@ def _figure(n: int, width: float = 4.0, height: float = 3.0):
 
     fig, axes = plt.subplots(1, n, figsize=(width * n, height), squeeze=False)
     return plt, fig, list(axes[0])
+
+
+def save(plt, fig, out: Path, dpi: int = 80) -> Path:
+    """Lay out, write the PNG (its folder made) and close the figure."""
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=dpi)
+    plt.close(fig)
+    return out
 
 
 def _keys(history: Sequence[Mapping], title: str) -> list[str]:
@@ -46,7 +55,7 @@ def training_curves(history: Sequence[Mapping], out: Path) -> Path | None:
     panels = [(title, keys) for title in PANELS if (keys := _keys(history, title))]
     if not panels:
         return None
-    plt, fig, axes = _figure(len(panels))
+    plt, fig, axes = figure(len(panels))
     for ax, (title, keys) in zip(axes, panels):
         for key in keys:
             pts = [(row["step"], row[key]) for row in history if key in row and "step" in row]
@@ -56,16 +65,12 @@ def training_curves(history: Sequence[Mapping], out: Path) -> Path | None:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=80)
-    plt.close(fig)
-    return out
+    return save(plt, fig, out)
 
 
 def benchmark_bars(scores: Mapping[str, float], out: Path) -> Path:
     """One bar per benchmark with its headline score (in %), labelled."""
-    plt, fig, (ax,) = _figure(1, width=max(4.0, 0.8 * len(scores) + 2), height=3.5)
+    plt, fig, (ax,) = figure(1, width=max(4.0, 0.8 * len(scores) + 2), height=3.5)
     names = list(scores)
     values = [100 * float(scores[n]) for n in names]
     bars = ax.bar(names, values, color="#4c72b0")
@@ -74,8 +79,4 @@ def benchmark_bars(scores: Mapping[str, float], out: Path) -> Path:
     ax.set_ylim(0, 105)
     ax.set_title("benchmark scores")
     ax.tick_params(axis="x", rotation=45, labelsize=8)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=80)
-    plt.close(fig)
-    return out
+    return save(plt, fig, out)

@@ -158,3 +158,16 @@ def test_duplicate_yaml_keys_are_refused_with_their_line(tmp_path):
     p = _write(tmp_path, BASE + "trainer: {steps: 3}\ntrainer: {steps: 4}\n")
     with pytest.raises(ConfigError, match="duplicate key 'trainer' on line 4"):
         load_config(p)
+
+
+def test_tiny_model_sizes_are_checked_and_change_the_model(tmp_path):
+    from evr1 import pipeline
+
+    with pytest.raises(ConfigError, match="hidden_sise"):
+        load_config(ROOT / "conf/learning.yaml", ["model.tiny.sizes={hidden_sise: 32}"])
+    cfg = load_config(ROOT / "conf/tiny.yaml", [f"run.root={tmp_path}", "tracking.enabled=false",
+                                                 "model.tiny.sizes={num_hidden_layers: 1}"])
+    default = load_config(ROOT / "conf/tiny.yaml", [f"run.root={tmp_path}", "tracking.enabled=false"])
+    sized, plain = pipeline.stage_model(cfg), pipeline.stage_model(default)
+    assert sized.uri != plain.uri and sized.content_hash != plain.content_hash
+    assert '"num_hidden_layers": 1' in (Path(sized.uri) / "config.json").read_text()

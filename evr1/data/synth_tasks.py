@@ -55,6 +55,17 @@ def kind_colour(geo: Canvas, rng: np.random.Generator) -> Item:
                 trajectory=_trajectory(f"The shape is {COLOURS[index]}.", letter))
 
 
+def kind_screen_colour(geo: Canvas, rng: np.random.Generator) -> Item:
+    """The easiest family: the whole clip is one colour (the short CI test's family)."""
+    index = int(rng.integers(len(COLOURS)))
+    clip = canvas(geo.height, geo.width, geo.frames)
+    clip[...] = PALETTE[COLOURS[index]]
+    letter = "ABCD"[index]
+    return Item("screen_colour", clip, "<video>\nWhat colour is the screen?", letter, "multiple choice",
+                list(COLOUR_OPTIONS), answer_space=list("ABCD"),
+                trajectory=_trajectory(f"The screen is {COLOURS[index]}.", letter))
+
+
 def kind_motion(geo: Canvas, rng: np.random.Generator) -> Item:
     right = bool(rng.integers(2))
     clip = sweep(geo, rng, SHAPES[rng.integers(2)], COLOURS[rng.integers(len(COLOURS))], right, _radius(geo))
@@ -117,6 +128,7 @@ def kind_appears(geo: Canvas, rng: np.random.Generator) -> Item:
 
 LEARNING_KINDS: dict[str, Callable[[Canvas, np.random.Generator], Item]] = {
     "colour": kind_colour,
+    "screen_colour": kind_screen_colour,
     "motion": kind_motion,
     "flashes": kind_flashes,
     "flash_time": kind_flash_time,
@@ -168,6 +180,7 @@ def _oracle_appears(frames: np.ndarray, times: np.ndarray) -> str:
 
 ORACLES: dict[str, Callable[[np.ndarray, np.ndarray], str]] = {
     "colour": _oracle_colour,
+    "screen_colour": _oracle_colour,
     "motion": _oracle_motion,
     "flashes": _oracle_flashes,
     "flash_time": _oracle_flash_time,
