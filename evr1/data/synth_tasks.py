@@ -11,6 +11,10 @@ about is in the frames the model receives; `oracle` answers every item from thos
 | flashes    | how many times does the square flash?        | numerical          | 0 1 2       | 1/3    |
 | appears    | when is the circle on screen?                | temporal grounding | 4 intervals | 1/4    |
 
+Two more: `flashes` (how many times a square flashes, 0–2; a counting question the tiny models did
+not learn even supervised) and `screen_colour` (the whole clip one colour: the easiest family, the
+first check that RL moves accuracy at all; docs/learning.md).
+
 Every item lists its `answer_space` (so a format warm-up can draw answers that reveal nothing) and a
 correct reasoning-and-answer `trajectory` (for mixed offline-online training).
 """
@@ -22,7 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from evr1.data.synth_media import BACKGROUND, PALETTE, SHAPES, Canvas, Item, canvas, draw, sweep
+from evr1.data.synth_media import BACKGROUND, PALETTE, SHAPES, Canvas, Item, canvas, draw, shape_mask, sweep
 
 COLOURS = ("red", "green", "blue", "yellow")
 COLOUR_OPTIONS = [f"{letter}. {name}" for letter, name in zip("ABCD", COLOURS)]
@@ -60,6 +64,10 @@ def kind_screen_colour(geo: Canvas, rng: np.random.Generator) -> Item:
     index = int(rng.integers(len(COLOURS)))
     clip = canvas(geo.height, geo.width, geo.frames)
     clip[...] = PALETTE[COLOURS[index]]
+    r = geo.radius  # one small dark square somewhere, so that no two clips are alike
+    cx, cy = (float(rng.uniform(r + 1, d - r - 1)) for d in (geo.width, geo.height))
+    for frame in clip:
+        frame[shape_mask(geo.height, geo.width, "square", cx, cy, r)] = BACKGROUND
     letter = "ABCD"[index]
     return Item("screen_colour", clip, "<video>\nWhat colour is the screen?", letter, "multiple choice",
                 list(COLOUR_OPTIONS), answer_space=list("ABCD"),
@@ -150,6 +158,7 @@ def _on(frames: np.ndarray) -> np.ndarray:
 
 
 def _oracle_colour(frames: np.ndarray, times: np.ndarray) -> str:
+    """The palette colour nearest the mean of every pixel unlike the background."""
     mean = frames[_foreground(frames)].reshape(-1, 3).mean(axis=0)
     name = min(COLOURS, key=lambda c: np.linalg.norm(mean - np.array(PALETTE[c])))
     return "ABCD"[COLOURS.index(name)]

@@ -28,7 +28,7 @@ def learning_set(tmp_path_factory):
     cfg = load_config(ROOT / "conf" / "learning.yaml")
     s = cfg.data.synth
     out = tmp_path_factory.mktemp("learning")
-    rep = make_synthetic(out, 200, seed=s.seed, heldout=40, size=tuple(s.size), fps=s.fps, seconds=s.seconds,
+    rep = make_synthetic(out, 288, seed=s.seed, heldout=48, size=tuple(s.size), fps=s.fps, seconds=s.seconds,
                          kinds=KINDS)
     records = {split: [json.loads(x) for x in Path(path).read_text().splitlines()]
                for split, path in (("train", rep.train_path), ("heldout", rep.heldout_path))}
@@ -78,7 +78,7 @@ def test_chance_level_is_a_uniform_guess_scored_by_the_reward(learning_set):
     _, _, records = learning_set
     chance = chance_accuracy(records["heldout"], lambda text, s: rewards.compute_score(f"<answer>{text}</answer>", s)["accuracy"])
     assert chance == pytest.approx({"appears": 0.25, "colour": 0.25, "motion": 0.5, "flash_time": 0.25,
-                                    "flashes": 1 / 3})
+                                    "flashes": 1 / 3, "screen_colour": 0.25})
 
 
 def test_unknown_kind_is_refused(tmp_path):
