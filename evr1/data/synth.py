@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel
 
-from evr1.data.synth_tasks import LEARNING_KINDS
 from evr1.data.synth_media import PALETTE, SHAPES, Canvas, Item, canvas, draw, sweep, write_mp4, write_png
+from evr1.data.synth_tasks import LEARNING_KINDS
 
 COLOURS = tuple(PALETTE)
 LETTERS = "ABCDEFGH"
@@ -146,8 +146,8 @@ def _digest(medium: np.ndarray) -> str:
 
 
 def _fresh(kind: str, geo: Canvas, key: list[int], taken: set[str] | None, tries: int = 50) -> Item:
-    """Item `kind` drawn from the rng `key`; with `taken` (the training split's media), redrawn until
-    its pixels differ from every one of them (a kind with a blank answer, such as a square that never
+    """Item `kind` drawn from the rng `key`; with `taken` (the media drawn before it: the training
+    split's, and the held-out split's so far), redrawn until its pixels differ from every one of them (a kind with a blank answer, such as a square that never
     flashes, keeps its blank clip after `tries`)."""
     item = ALL_KINDS[kind](geo, np.random.default_rng(key))
     for attempt in range(1, tries if taken is not None else 0):
