@@ -43,6 +43,7 @@ class TrainResult:
     checkpoint: Path
     steps: int
     history: list[dict] = field(default_factory=list)
+    before_rl: dict[str, float] = field(default_factory=dict)  # validation after the warm-up, before step 1
 
     @property
     def final_metrics(self) -> dict[str, float]:
@@ -210,10 +211,10 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
         cluster.sync_weights()
         step = state["step"]
         tables = RolloutTables(log_table, t.log_rollouts_every, t.rollout_table_rows)
-        if val_samples and t.val_every and step == 0:  # where RL starts from (after any warm-up)
-            before = validate(cfg, cluster, val_samples, adapter, score)
-            history.append({"step": 0, **before})
-            log_metrics(before, 0)
+        before_rl: dict[str, float] = {}
+        if val_samples and t.val_every and step == 0:  # where RL starts from (after any warm-up), logged at step 0
+            before_rl = validate(cfg, cluster, val_samples, adapter, score)
+            log_metrics(before_rl, 0)
         while step < t.steps:
             step += 1
             metrics = _one_step(cfg, cluster, source, adapter, score, step, kl_ctrl, tables=tables)
@@ -231,7 +232,7 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
             _write_probe(cluster, source.samples, adapter, final)
     finally:
         cluster.shutdown()
-    return TrainResult(checkpoint=final, steps=step, history=history)
+    return TrainResult(checkpoint=final, steps=step, history=history, before_rl=before_rl)
 
 
 def _kl_controller(cfg: Config, value: float | None):

@@ -48,6 +48,9 @@ def test_remax_kl_in_reward_lr_warmup_and_validation(setup):
     assert first["actor/kl_coef"] == pytest.approx(0.2)
     assert second["actor/kl_coef"] == pytest.approx(0.2 * (1 - 0.2 * 4 / 10))
     assert "val/overall" in second and "val/overall" not in first
+    # validated once more before the first RL step, with a breakdown per family (here: problem type)
+    assert {"val/overall", "val/accuracy", "val/format"} <= set(result.before_rl)
+    assert any(k.startswith("val/accuracy/") for k in result.before_rl)
     assert second["perf/throughput"] > 0
 
 
