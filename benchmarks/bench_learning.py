@@ -47,22 +47,23 @@ def run(label: str, root: Path, overrides: list[str]) -> Path:
     return root / name
 
 
-def oracle_accuracy(run_dir: Path) -> dict[str, float]:
+def oracle_accuracy(root: Path, name: str) -> dict[str, float]:
     """The oracle's accuracy per family over every generated item (both splits), from the frames the
     run's cache holds: the same sampled, resized frames the model receives."""
+    from evr1 import pipeline
     from evr1.cache import FrameReader
     from evr1.config import load_config
     from evr1.data.synth_tasks import oracle
     from evr1.models import load_adapter
 
-    cfg = load_config(CONF)
-    model_dir = next((run_dir / "models").iterdir())
+    cfg = load_config(CONF, [f"run.root={root}", f"run.name={name}"])
+    synth = pipeline.run_paths(cfg)["data"] / "synth"
+    model_dir = pipeline.stage_model(cfg).uri  # the run's model folder (already built)
     params = cfg.cache.frame_params(load_adapter(model_dir).family.factor)
-    reader = FrameReader(str(run_dir / "lance" / "frames-v2"), params, mode="cache-only",
-                         data_root=str(run_dir / "data" / "synth"))
+    reader = FrameReader(pipeline.run_frames_uri(cfg), params, mode="cache-only", data_root=str(synth))
     right: dict[str, list[bool]] = {}
     for split in ("train", "heldout"):
-        for line in (run_dir / "data" / "synth" / f"{split}.jsonl").read_text().splitlines():
+        for line in (synth / f"{split}.jsonl").read_text().splitlines():
             rec = json.loads(line)
             clip = reader.video(rec["videos"][0])
             times = np.asarray(clip.frame_indices) / clip.fps
@@ -99,7 +100,7 @@ def main() -> None:
         "heldout_accuracy_offline": offline["val_accuracy_final"],
         "heldout_accuracy_by_family_offline": offline["val_accuracy_final_by_family"],
         "steps": online["steps"], "train_wall_s": online["train_wall_s"], "train_wall_s_offline": offline["train_wall_s"],
-        "oracle_accuracy": oracle_accuracy(dirs["online"]),
+        "oracle_accuracy": oracle_accuracy(args.root, dirs["online"].name),
         "plot": str(args.plot),
     }))
 

@@ -241,9 +241,7 @@ def stage_cache(cfg: Config, samples: StageResult, model: StageResult, *, run_ke
     from evr1.models import family_of
 
     p = run_paths(cfg)
-    # The default table is named by the store format, so a run folder from an older release gets a
-    # new table instead of a refusal (a user-set cache.uri in an old format is refused, naming it).
-    frames_uri = cfg.cache.uri or str(p["lance"] / f"frames-v{STORE_FORMAT}")
+    frames_uri = run_frames_uri(cfg)
     if not cfg.cache.enabled:
         return StageResult(stage="cache", uri="", metrics={"enabled": 0})
     params = cfg.cache.frame_params(family_of(model.uri).factor)
@@ -271,6 +269,13 @@ def stage_cache(cfg: Config, samples: StageResult, model: StageResult, *, run_ke
             tr.log_dict({"record_ids": undecodable, "rejects": rep.rejects}, "cache_rejects.json")
     return StageResult(stage="cache", uri=frames_uri, version=rep.version, content_hash=content_hash,
                        metrics=metrics, extra={"undecodable": str(excluded)})
+
+
+def run_frames_uri(cfg: Config) -> str:
+    """The run's frame cache: `cache.uri`, else a table in the run folder named by the store format,
+    so a run folder from an older release gets a new table instead of a refusal (a user-set
+    cache.uri in an old format is refused, naming it)."""
+    return cfg.cache.uri or str(run_paths(cfg)["lance"] / f"frames-v{STORE_FORMAT}")
 
 
 def eval_frames_uri(cfg: Config) -> str:
