@@ -1,22 +1,20 @@
-"""Why RL does not yet teach the tiny model (docs/learning.md, finding 6), in one process.
+"""The trainer's RL update outside the pipeline, on one family, in one process (docs/learning.md).
 
-    .venv/bin/python benchmarks/learning_probe.py            # ~1 min on 2 cores
+    .venv/bin/python benchmarks/learning_probe.py            # ~40 s on 2 cores
 
-The same random-weight Qwen2-VL as conf/learning.yaml and the easiest family (`screen_colour`: the
-whole clip one of four colours). A format warm-up on uniformly drawn answers (tower untouched), then
-40 GRPO-style REINFORCE steps of 16 clips × 8 sampled answers, twice from the same warm-up:
+The same random-weight Qwen2-VL as conf/learning.yaml and its `colour` family (a shape a quarter of
+the frame across, one of four colours, multiple choice). A format warm-up on uniformly drawn answers
+(tower untouched), then 300 GRPO-style REINFORCE steps of 8 clips × 8 answers sampled from the full
+vocabulary at the answer position (a token that is not a letter is simply wrong). It tells whether
+a family can be learnt by this update at all, in seconds, apart from anything the pipeline does.
 
-- `answers`: the policy is the softmax over the four answer letters only;
-- `vocab`: the letters' probabilities under the full-vocabulary softmax, as the trainer's token
-  log-probs are (sampling renormalised over the letters, so both runs draw the same way).
-
-Prints one JSON line: p(correct letter) every 5 steps for each. The first rises; the second falls,
-because pushing the three wrong letters down moves their mass to the rest of the vocabulary.
+Prints one JSON line: p(correct letter) and the letters' total probability every 25 steps.
+Measured: p(correct) 0.23 at the start, 0.52 after 100 steps, 0.99 after 275; the letters keep
+0.93–0.998 of the probability throughout (no mass leaks to the rest of the vocabulary).
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import random
 import tempfile
@@ -35,27 +33,29 @@ from evr1.models import load_adapter, make_tiny
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def reinforce(model, ad, data, letters, *, vocab: bool, steps: int = 40, lr: float = 1e-3) -> list[float]:
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+def reinforce(model, ad, data, letters, *, steps: int = 300, lr: float = 1e-3) -> dict:
+    decoder = [p for n, p in model.named_parameters() if not n.startswith("model.visual")]
+    opt = torch.optim.AdamW(decoder, lr=lr)
     head = ad.tokenizer.encode("<answer>", add_special_tokens=False)
+    letters = torch.tensor(letters)
     rng = np.random.default_rng(1)
-    curve = []
+    curve: dict[str, list[float]] = {"p_correct": [], "letter_mass": []}
     for step in range(steps):
-        idx = rng.choice(len(data), 16, replace=False)
+        idx = rng.choice(len(data), 8, replace=False)
         batch = ad.collate([data[i][0] for i in idx], [head for _ in idx]).to("cpu", dtype=torch.float32)
-        logits = model(**batch.model_inputs()).logits[:, -1].float()
-        logp = torch.log_softmax(logits, -1)[:, letters] if vocab else torch.log_softmax(logits[:, letters], -1)
+        logp = torch.log_softmax(model(**batch.model_inputs()).logits[:, -1].float(), -1)
         probs = logp.exp().detach()
-        drawn = torch.multinomial(probs / probs.sum(1, keepdim=True), 8, replacement=True)
-        truth = torch.tensor([data[i][1] for i in idx])
+        drawn = torch.multinomial(probs, 8, replacement=True)
+        truth = letters[torch.tensor([data[i][1] for i in idx])]
         reward = (drawn == truth[:, None]).float()
         adv = (reward - reward.mean(1, keepdim=True)) / (reward.std(1, keepdim=True) + 1e-6)
         loss = -(adv * logp.gather(1, drawn)).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
-        if step % 5 == 0 or step == steps - 1:
-            curve.append(round(float(probs[torch.arange(len(idx)), truth].mean()), 3))
+        if step % 25 == 0 or step == steps - 1:
+            curve["p_correct"].append(round(float(probs[torch.arange(len(idx)), truth].mean()), 3))
+            curve["letter_mass"].append(round(float(probs[:, letters].sum(1).mean()), 3))
     return curve
 
 
@@ -66,7 +66,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp())
     s = cfg.data.synth
     make_synthetic(tmp / "synth", 160, seed=0, heldout=0, size=tuple(s.size), fps=s.fps, seconds=s.seconds,
-                   kinds=["screen_colour"])
+                   kinds=["colour"])
     model_dir = make_tiny(cfg.model.tiny.family, tmp / "model", seed=cfg.model.tiny.seed, **cfg.model.tiny.sizes)
     ad = load_adapter(model_dir)
     reader = FrameReader(None, cfg.cache.frame_params(ad.family.factor), mode="decode-only", data_root=str(tmp / "synth"))
@@ -91,9 +91,7 @@ def main() -> None:
         opt.zero_grad()
         loss.backward()
         opt.step()
-    print(json.dumps({"p_correct_every_5_steps": {
-        "answers": reinforce(copy.deepcopy(model), ad, data, letters, vocab=False),
-        "vocab": reinforce(copy.deepcopy(model), ad, data, letters, vocab=True)}}))
+    print(json.dumps({"every_25_steps": reinforce(model, ad, data, letters)}))
 
 
 if __name__ == "__main__":
