@@ -35,3 +35,18 @@ def letter_density_data(tmp: Path) -> dict[str, Path]:
 def letter_density_overrides(d: dict[str, Path]) -> list[str]:
     return [f'data={{"train_files": ["{d["train"]}"], "eval_files": ["{d["heldout"]}"], "data_root": "{d["root"]}"}}',
             f"reward.families=['{d['plugin']}:letter_density']"]
+
+
+def train_through_stages(cfg, out_dir: Path, *, validate: bool = False):
+    """Ingest, build the model, cache the frames, then train: the pipeline's stages up to training,
+    in-process. `validate` hands the held-out split to the trainer, as the pipeline does."""
+    from evr1 import pipeline
+    from evr1.data.ingest import read_samples
+    from evr1.train.trainer import train
+
+    samples = pipeline.stage_ingest(cfg)
+    model = pipeline.stage_model(cfg)
+    frames = pipeline.stage_cache(cfg, samples, model)
+    return train(cfg, samples=read_samples(samples.uri, split="train"), frames_uri=frames.uri,
+                 model_dir=Path(model.uri), out_dir=out_dir,
+                 val_samples=read_samples(samples.uri, split="heldout") if validate else None)

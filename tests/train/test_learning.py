@@ -11,11 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evr1 import pipeline
 from evr1.config import load_config
-from evr1.data.ingest import read_samples
-from evr1.train.trainer import train
-from tests.train.conftest import letter_density_data, letter_density_overrides
+from tests.train.conftest import letter_density_data, letter_density_overrides, train_through_stages
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,11 +27,7 @@ def test_grpo_raises_a_simple_reward(tmp_path):
         "rollout.n=4", "trainer.world_size=2", "trainer.micro_batch_size=8", "rollout.max_new_tokens=12",
         "trainer.lr=0.01", "algorithm.use_kl_loss=false", "trainer.save_every=0",
     ])
-    samples = pipeline.stage_ingest(cfg)
-    model = pipeline.stage_model(cfg)
-    frames = pipeline.stage_cache(cfg, samples, model)
-    result = train(cfg, samples=read_samples(samples.uri, split="train"), frames_uri=frames.uri,
-                   model_dir=Path(model.uri), out_dir=tmp_path / "ckpt")
+    result = train_through_stages(cfg, tmp_path / "ckpt")
     rewards = np.array([h["reward/overall"] for h in result.history])
     assert len(rewards) == 20
     assert rewards[-5:].mean() > 1.5 * rewards[:5].mean(), rewards.round(3).tolist()
