@@ -9,7 +9,7 @@ trajectory as its n-th response (mixed offline-online). Then it checks the oracl
 item (answers read from the cached frames the model is shown), reads both runs back from MLflow
 (benchmarks/learning_report.py), draws docs/learning.png and prints one JSON line:
 heldout_accuracy_before_rl, heldout_accuracy(_by_family), steps_to_80, steps_to_80_offline,
-train_wall_s, … This is a benchmark, not a CI test (tests/train/test_learning.py is the short one).
+train_wall_s, … This is a benchmark, not a CI test (tests/train/test_learning_video.py is the short one).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def oracle_accuracy(root: Path, name: str) -> dict[str, float]:
 
 def heldout_eval(run_dir: Path) -> dict[str, float]:
     """The eval stage's held-out scores of the merged checkpoint, per problem type."""
-    metrics = learning_report.stage_run(run_dir, "eval").data.metrics
+    metrics = learning_report.stage_run(run_dir, "eval-heldout").data.metrics
     return {k: v for k, v in metrics.items() if k.startswith("heldout/") and k.endswith("score")}
 
 

@@ -340,7 +340,7 @@ class TrainerConfig(Section):
     # exchanged with all-to-all in attention). Must divide world_size; 1: off.
     sequence_parallel: int = Field(1, ge=1)
     # A table of a few prompts with their responses, rewards and advantages every N steps
-    # (MLflow `log_table`; a Prefect table artifact when run by the flow). 0: never.
+    # (an MLflow table artifact; a Prefect table artifact when run by the flow). 0: never.
     log_rollouts_every: int = Field(1, ge=0)
     rollout_table_rows: int = Field(8, ge=1)
     device: Literal["cpu", "cuda"] = "cpu"

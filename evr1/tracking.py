@@ -154,10 +154,14 @@ class Tracker:
             mlflow.log_dict(dict(data), name)
 
     def log_table(self, rows: list[Mapping[str, Any]], artifact_file: str) -> None:
-        """Rows of one table (same keys) as an MLflow table artifact: the UI's evaluation view shows it.
-        MLflow appends to an existing `artifact_file`, so log each file once."""
+        """Rows of one table (same keys) as a JSON artifact in MLflow's table layout ({"columns", "data"}).
+
+        Not `mlflow.log_table`: it lists every table it logs in one run tag, which MLflow cuts at 8,000
+        characters on a SQL store, after which every later call fails to parse it. A 600-step run lost
+        its rollout tables from step 139 on that way. Logging each file once overwrites nothing."""
         if self.enabled and rows:
-            mlflow.log_table(data={k: [r.get(k) for r in rows] for k in rows[0]}, artifact_file=artifact_file)
+            columns = list(rows[0])
+            mlflow.log_dict({"columns": columns, "data": [[r.get(k) for k in columns] for r in rows]}, artifact_file)
 
     def log_text(self, text: str, name: str) -> None:
         if self.enabled:

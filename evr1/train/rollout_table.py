@@ -3,7 +3,7 @@
 Metrics say how much reward a step earned; these rows show what earned it. Every
 `trainer.log_rollouts_every` steps the trainer hands `rollout_table_rows` responses of the batch it
 trained on (whole groups first, so a reader sees a group's spread and the advantages it produced) to a
-sink: MLflow `log_table` (`rollouts/step_000042.json`), and a Prefect table artifact when the flow runs
+sink: an MLflow table artifact (`rollouts/step_000042.json`, `Tracker.log_table`), and a Prefect table artifact when the flow runs
 it. Validation's greedy answers go the same way (`validation/step_000042.json`). The sink is a plain
 callable: `evr1` never imports the orchestrator.
 """
