@@ -197,6 +197,10 @@ class RolloutConfig(Section):
     temperature: float = Field(1.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(0, ge=-1)  # 0 or -1 (EasyR1's spelling): no top-k
+    # Strings that end a response, kept in it (e.g. ["</answer>"]): the reward reads the answer tag,
+    # so text after it is unscored, and trained on it only adds noise to every step. Applies to
+    # training rollouts and validation. [] (the reference's behaviour): responses end at eos.
+    stop: list[str] = []
     batch_size: int = Field(8, ge=1)
     thinking: bool = False
     # Prompt template: a .jinja path or None for the built-in per-family templates.
@@ -385,6 +389,7 @@ class EvalConfig(Section):
     temperature: float = Field(0.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(0, ge=-1)
+    stop: list[str] = []  # as rollout.stop: strings that end a response (kept in it)
     # vLLM only (Qwen3-VL's Instruct setting, and EasyVideoR1's scripts, use 1.5); the HF engine refuses it.
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     batch_size: int = Field(8, ge=1)

@@ -32,8 +32,12 @@ class SamplingParams:
     seed: int | None = None
     # vLLM's presence penalty (Qwen3-VL's recommended Instruct setting is 1.5); transformers has none.
     presence_penalty: float = 0.0
+    # Strings that end a response (kept in it, like vLLM's include_stop_str_in_output), e.g.
+    # "</answer>": what a policy writes after its answer is never scored, only trained on as noise.
+    stop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "stop", tuple(self.stop))  # a list after a trip through Ray
         checks = {
             "n": self.n >= 1,
             "max_new_tokens": self.max_new_tokens >= 1,
@@ -41,6 +45,7 @@ class SamplingParams:
             "top_p": 0 < self.top_p <= 1,
             "top_k": self.top_k >= 0,
             "presence_penalty": -2.0 <= self.presence_penalty <= 2.0,
+            "stop": all(isinstance(x, str) and x for x in self.stop),
         }
         for name, ok in checks.items():
             if not ok:
@@ -98,6 +103,19 @@ def finish(token_ids: Sequence[int], eos_ids: Sequence[int], max_new_tokens: int
         if t in eos:
             return out, "stop"
     return out, "length"
+
+
+def cut_at_stop(token_ids: Sequence[int], decode: Callable[[Sequence[int]], str],
+                stop: Sequence[str]) -> list[int] | None:
+    """The shortest prefix of `token_ids` whose text contains one of the `stop` strings, or None.
+
+    Decoded prefix by prefix, so a stop string split across tokens (or merged into a longer token)
+    still ends the response at the token that completes it."""
+    for k in range(1, len(token_ids) + 1):
+        text = decode(token_ids[:k])
+        if any(s in text for s in stop):
+            return list(token_ids[:k])
+    return None
 
 
 # name → "module:Class"; modules are imported only when an engine of that name is built, so

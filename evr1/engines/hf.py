@@ -13,7 +13,7 @@ from os import PathLike
 import torch
 from transformers import GenerationConfig, PreTrainedModel
 
-from evr1.engines.base import EngineBase, Generation, SamplingParams, finish
+from evr1.engines.base import EngineBase, Generation, SamplingParams, cut_at_stop, finish
 from evr1.models.adapter import PromptInputs, VisionLanguageAdapter
 from evr1.models.runtime import load_model
 from evr1.models.text import TextAdapter, load_any_adapter
@@ -102,6 +102,7 @@ class HFEngine(EngineBase):
             eos_token_id=list(self.adapter.eos_token_ids),
             pad_token_id=self.adapter.pad_token_id,
             use_cache=True,
+            stop_strings=list(params.stop) or None,
             **sampling,
         )
 
@@ -136,9 +137,14 @@ class HFEngine(EngineBase):
         with torch.random.fork_rng(devices=cuda, enabled=seed is not None):
             if seed is not None:
                 torch.manual_seed(seed)
-            out = self.model.generate(**batch.model_inputs(), generation_config=config)
+            # stop_strings need the tokenizer to find which tokens can complete them
+            extra = {"tokenizer": self.adapter.tokenizer} if config.stop_strings else {}
+            out = self.model.generate(**batch.model_inputs(), generation_config=config, **extra)
         return out[:, batch.prompt_length :].tolist()
 
     def _to_generation(self, row: list[int], params: SamplingParams) -> Generation:
         ids, reason = finish(row, self.adapter.eos_token_ids, params.max_new_tokens)
+        stopped = cut_at_stop(ids, self.adapter.decode, params.stop) if params.stop else None
+        if stopped is not None:  # transformers pads a row after its stop string: cut it there
+            ids, reason = stopped, "stop"
         return Generation(token_ids=ids, text=self.adapter.decode(ids), finish_reason=reason)

@@ -107,6 +107,8 @@ class VLLMEngine(EngineBase):
             top_k=params.top_k if params.top_k > 0 else -1,
             seed=params.seed,
             stop_token_ids=list(self.adapter.eos_token_ids),
+            stop=list(params.stop) or None,
+            include_stop_str_in_output=True,  # the policy wrote it: it is trained on, like an eos
             logit_bias={t: SUPPRESS_BIAS for t in self.adapter.vision_token_ids},
             repetition_penalty=1.0,
             presence_penalty=params.presence_penalty,

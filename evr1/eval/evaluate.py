@@ -49,7 +49,8 @@ def evaluate_suite(cfg: Config, suite: Sequence[tuple[Benchmark, list[dict], str
     jobs = [suite_job(cfg, bench, items[: e.limit] if e.limit is not None else items, frames_uri=frames_uri,
                       adapter=adapter, out_dir=out_dir) for bench, items, frames_uri in suite]
     sampling = SamplingParams(n=1, max_new_tokens=e.max_new_tokens, temperature=e.temperature, top_p=e.top_p,
-                              top_k=max(0, e.top_k), seed=cfg.run.seed, presence_penalty=e.presence_penalty)
+                              top_k=max(0, e.top_k), seed=cfg.run.seed, presence_penalty=e.presence_penalty,
+                              stop=tuple(e.stop))
     close: Callable[[], None] = lambda: None
     if engine is None:
         engine, close = open_engine(cfg, model_dir)

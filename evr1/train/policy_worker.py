@@ -469,6 +469,15 @@ class PolicyWorker:
         dcp.load(state, checkpoint_id=path)
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
+    def reset_optimizer(self) -> int:
+        """Forget the optimizer's moments and step counts, as if RL had its own optimizer; returns how
+        many parameters had state. The warm-up's gradients are clipped at 1 and several times RL's
+        (0.2–0.3 on the learning task): kept, their second moments (β₂ = 0.999 forgets them over
+        thousands of steps) would shrink every RL step by that factor."""
+        had = len(self.optimizer.state)
+        self.optimizer.state.clear()
+        return had
+
     def adopt_reference(self) -> None:
         """The reference becomes the current policy: after a format warm-up, KL is measured from the
         weights RL starts from, not from the random or base weights before the warm-up."""

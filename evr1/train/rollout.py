@@ -66,9 +66,9 @@ Scorer = Callable[[list[str], list[dict]], tuple[list[dict], dict]]
 def _sampling(cfg: Config, seed: int, *, greedy: bool = False) -> dict:
     ro = cfg.rollout
     if greedy:
-        return {"n": 1, "max_new_tokens": ro.max_new_tokens, "temperature": 0.0, "seed": seed}
+        return {"n": 1, "max_new_tokens": ro.max_new_tokens, "temperature": 0.0, "seed": seed, "stop": ro.stop}
     return {"n": ro.n, "max_new_tokens": ro.max_new_tokens, "temperature": ro.temperature, "top_p": ro.top_p,
-            "top_k": max(ro.top_k, 0), "seed": seed}
+            "top_k": max(ro.top_k, 0), "seed": seed, "stop": ro.stop}
 
 
 def draw_readable(source: PromptSource, rollout_actor, size: int, metrics: dict,

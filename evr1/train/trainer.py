@@ -203,6 +203,7 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
                 cluster.all("load_reference", str(reference))
         elif t.warmup_sft_steps:
             _warmup(cfg, cluster, samples, adapter, log_metrics)
+            cluster.all("reset_optimizer")  # RL's Adam starts fresh: the warm-up's moments are no measure of RL's gradients
             # KL is measured from where RL starts (the warmed-up weights), also after a resume.
             cluster.all("adopt_reference")
             shutil.rmtree(reference, ignore_errors=True)
@@ -438,7 +439,7 @@ def validate(cfg: Config, cluster: _Cluster, samples: list[dict], adapter, score
         return {}
     handles = [h for _, h in chosen]
     outs = ray.get(cluster.messages.call(cluster.rollout.generate_prepared, handles, {
-        "n": 1, "max_new_tokens": ro.max_new_tokens, "temperature": 0.0, "seed": cfg.run.seed}))
+        "n": 1, "max_new_tokens": ro.max_new_tokens, "temperature": 0.0, "seed": cfg.run.seed, "stop": ro.stop}))
     cluster.messages.call(cluster.rollout.release, handles)
     scores, _ = score([o[0]["text"] for o in outs], [reward_sample(s) for s, _ in chosen])
     if tables is not None:

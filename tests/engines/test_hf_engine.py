@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from evr1.engines import Engine, Generation, SamplingParams, make_engine
-from evr1.engines.base import finish
+from evr1.engines.base import cut_at_stop, finish
 from evr1.engines.hf import HFEngine
 
 from .conftest import clip
@@ -154,3 +154,40 @@ def test_registry_and_lazy_imports():
         "assert 'transformers' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
+
+
+def test_stop_strings_end_a_response_where_they_complete(engine):
+    """A stop string taken from the middle of a sampled response ends that response right after it
+    (kept, finish reason "stop"); the tokens before it are those sampled without the stop."""
+    prompts = _video_prompts(engine)
+    params = SamplingParams(n=3, max_new_tokens=16, temperature=1.0, seed=5)
+    free = engine.generate(prompts, params)
+    longest = max((g for row in free for g in row), key=lambda g: len(g.token_ids))
+    assert len(longest.token_ids) >= 8
+    stop = engine.adapter.decode(longest.token_ids[4:6])
+    assert stop.strip()
+    stopped = engine.generate(prompts, SamplingParams(n=3, max_new_tokens=16, temperature=1.0, seed=5, stop=[stop]))
+    hits = 0
+    for row_free, row_stop in zip(free, stopped):
+        for f, s in zip(row_free, row_stop):
+            assert f.token_ids[: len(s.token_ids)] == s.token_ids  # same draws up to the stop
+            if stop in f.text:
+                hits += 1
+                assert s.finish_reason == "stop" and stop in s.text
+                assert stop not in engine.adapter.decode(s.token_ids[:-1])  # cut at the completing token
+                assert len(s.token_ids) < len(f.token_ids) or f.text.endswith(stop)
+            else:
+                assert s.token_ids == f.token_ids and s.finish_reason == f.finish_reason
+    assert hits >= 1
+    with pytest.raises(ValueError, match="stop"):
+        SamplingParams(stop=[""])
+
+
+def test_cut_at_stop_finds_a_string_split_across_tokens():
+    pieces = {1: "<", 2: "/ans", 3: "wer>", 4: "x"}
+
+    def decode(ids):
+        return "".join(pieces[i] for i in ids)
+
+    assert cut_at_stop([4, 1, 2, 3, 4, 4], decode, ["</answer>"]) == [4, 1, 2, 3]
+    assert cut_at_stop([4, 4], decode, ["</answer>"]) is None

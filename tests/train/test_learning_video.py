@@ -30,7 +30,7 @@ def test_rl_lifts_held_out_accuracy_on_an_easy_video_family(tmp_path):
         f"run.root={tmp_path}", "run.name=learn-video", "tracking.enabled=false", "cache.workers=0",
         "data.synth.kinds=[screen_colour]", "data.synth.n=160", "data.synth.heldout=32",
         "trainer.steps=100", "trainer.val_every=50", "trainer.prompts_per_step=16", "rollout.n=8",
-        "trainer.mini_batch_size=null", "trainer.ppo_epochs=1", "trainer.save_every=0",
+        "trainer.mini_batch_size=null", "trainer.ppo_epochs=1", "trainer.save_every=0", "trainer.warmup_sft_steps=60",
     ])
     result = train_through_stages(cfg, tmp_path / "ckpt", validate=True)
 
