@@ -109,13 +109,23 @@ def cut_at_stop(token_ids: Sequence[int], decode: Callable[[Sequence[int]], str]
                 stop: Sequence[str]) -> list[int] | None:
     """The shortest prefix of `token_ids` whose text contains one of the `stop` strings, or None.
 
-    Decoded prefix by prefix, so a stop string split across tokens (or merged into a longer token)
-    still ends the response at the token that completes it."""
-    for k in range(1, len(token_ids) + 1):
+    Found on decoded prefixes, so a stop string split across tokens (or merged into a longer token)
+    ends the response at the token that completes it; by bisection, so a response of thousands of
+    tokens costs a dozen decodes (a prefix's text is a prefix of a longer one's)."""
+    def has_stop(k: int) -> bool:
         text = decode(token_ids[:k])
-        if any(s in text for s in stop):
-            return list(token_ids[:k])
-    return None
+        return any(s in text for s in stop)
+
+    if not token_ids or not has_stop(len(token_ids)):
+        return None
+    low, high = 1, len(token_ids)  # has_stop(high) holds; find the smallest such k
+    while low < high:
+        mid = (low + high) // 2
+        if has_stop(mid):
+            high = mid
+        else:
+            low = mid + 1
+    return list(token_ids[:low])
 
 
 # name → "module:Class"; modules are imported only when an engine of that name is built, so

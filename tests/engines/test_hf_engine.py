@@ -190,4 +190,7 @@ def test_cut_at_stop_finds_a_string_split_across_tokens():
         return "".join(pieces[i] for i in ids)
 
     assert cut_at_stop([4, 1, 2, 3, 4, 4], decode, ["</answer>"]) == [4, 1, 2, 3]
+    assert cut_at_stop([1, 2, 3], decode, ["</answer>"]) == [1, 2, 3]
+    assert cut_at_stop([4, 1, 2, 3, 1, 2, 3], decode, ["x<", "</answer>"]) == [4, 1]  # the first to complete
     assert cut_at_stop([4, 4], decode, ["</answer>"]) is None
+    assert cut_at_stop([], decode, ["</answer>"]) is None

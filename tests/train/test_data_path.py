@@ -5,6 +5,7 @@ Real Ray actors, two gloo ranks, a tiny Qwen2.5-VL, a real Lance frame cache and
 
 import json
 import math
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -93,19 +94,30 @@ def test_a_cache_miss_on_the_workers_decodes_and_unshared_passes_give_the_same_f
     _assert_previous_figures(history)
 
 
-def test_a_rank_that_cannot_read_a_sample_runs_a_zero_weight_pass(setup, tmp_path):
-    """The rollout worker read it, this rank cannot (e.g. another node): the pass still runs (FSDP2 needs
-    every rank's collectives), the response weighs nothing, and the sample is counted."""
-    _, base, rows, model_dir, _ = setup
+@contextmanager
+def _one_rank_worker(setup):
+    """One PolicyWorker rank (world size 1) on the setup's model, reading frames by decoding."""
+    _, base, _, model_dir, _ = setup
     cfg = load_config(ROOT / "conf/tiny.yaml", [*base, "trainer.world_size=1"])
-    good = dict(rows[0])
-    bad = {**rows[1], "sample_id": "gone", "videos": [str(tmp_path / "missing.mp4")], "images": []}
     spec = ReaderSpec(None, cfg.cache.frame_params(family_of(model_dir).factor), "decode-only",
                       str(cfg.data.data_root), None, False)
     ensure_ray(num_cpus=2)
     worker = ray.remote(num_cpus=0)(PolicyWorker).remote(0, 1, str(model_dir), _worker_options(cfg), spec)
     try:
         ray.get(worker.setup.remote(ray.get(worker.endpoint.remote())))
+        yield worker
+    finally:
+        ray.get(worker.shutdown.remote())
+        ray.kill(worker)
+
+
+def test_a_rank_that_cannot_read_a_sample_runs_a_zero_weight_pass(setup, tmp_path):
+    """The rollout worker read it, this rank cannot (e.g. another node): the pass still runs (FSDP2 needs
+    every rank's collectives), the response weighs nothing, and the sample is counted."""
+    rows = setup[2]
+    good = dict(rows[0])
+    bad = {**rows[1], "sample_id": "gone", "videos": [str(tmp_path / "missing.mp4")], "images": []}
+    with _one_rank_worker(setup) as worker:
         shard = Shard(rows=[good, bad], responses=[[11, 12, 13], [14, 15]], advantages=[[1.0] * 3, [1.0] * 2],
                       global_token_count=5, global_sequence_count=2)
         lp = ray.get(worker.log_probs.remote(shard))
@@ -114,24 +126,14 @@ def test_a_rank_that_cannot_read_a_sample_runs_a_zero_weight_pass(setup, tmp_pat
         metrics = ray.get(worker.step.remote(shard, 0.01))
         assert metrics["data/rank_unreadable"] == 1.0
         assert np.isfinite(metrics["actor/grad_norm"]) and metrics["actor/grad_norm"] > 0
-    finally:
-        ray.get(worker.shutdown.remote())
-        ray.kill(worker)
 
 
 def test_rl_starts_with_a_fresh_optimizer_after_the_warm_up(setup):
     """The warm-up's Adam moments are dropped before RL (`reset_optimizer`, called by `train` after the
     warm-up): its clipped gradients are several times RL's and would shrink RL's steps for thousands
     of steps. A second reset finds nothing, and training goes on from the empty state."""
-    _, base, rows, model_dir, _ = setup
-    cfg = load_config(ROOT / "conf/tiny.yaml", [*base, "trainer.world_size=1"])
-    spec = ReaderSpec(None, cfg.cache.frame_params(family_of(model_dir).factor), "decode-only",
-                      str(cfg.data.data_root), None, False)
-    ensure_ray(num_cpus=2)
-    worker = ray.remote(num_cpus=0)(PolicyWorker).remote(0, 1, str(model_dir), _worker_options(cfg), spec)
-    try:
-        ray.get(worker.setup.remote(ray.get(worker.endpoint.remote())))
-        shard = Shard(rows=rows[:2], responses=[[11, 12, 13], [14, 15]], advantages=[[0.0] * 3, [0.0] * 2],
+    with _one_rank_worker(setup) as worker:
+        shard = Shard(rows=setup[2][:2], responses=[[11, 12, 13], [14, 15]], advantages=[[0.0] * 3, [0.0] * 2],
                       global_token_count=5, global_sequence_count=2)
         assert ray.get(worker.reset_optimizer.remote()) == 0  # nothing stepped yet
         assert np.isfinite(ray.get(worker.sft_step.remote(shard))["warmup/nll"])
@@ -142,9 +144,6 @@ def test_rl_starts_with_a_fresh_optimizer_after_the_warm_up(setup):
         shard.old_log_probs, shard.ref_log_probs = lp["old"], lp["ref"]
         assert ray.get(worker.step.remote(shard, 0.01))["actor/grad_norm"] > 0
         assert ray.get(worker.reset_optimizer.remote()) > 0
-    finally:
-        ray.get(worker.shutdown.remote())
-        ray.kill(worker)
 
 
 def test_prompts_are_prefetched_in_the_background_within_a_bound(setup):
