@@ -6,10 +6,11 @@ Ray, FSDP2 on 2 ranks, HF generation. The warm-up trains on answers drawn unifor
 teaches the answer tags and nothing about which letter is right: held-out accuracy after it is at
 chance, and everything above that is RL's doing. docs/learning.md has the four-family run.
 
-Measured when written (2 cores, ~2.5 min), 100 RL steps of 16 clips × 8 responses, for run seeds 1
-and 2: held-out 0.19 and 0.28 after the warm-up, 0.81 and 0.81 after RL; train accuracy 0.24 on the
-first 10 steps, 0.76 and 0.73 on the last 10. At 60 steps one seed of three was still at 0.47: the
-first rise comes at a step that varies from seed to seed, so the test gives it 100.
+Measured (2 cores, ~2.5 min), 100 RL steps of 16 clips × 8 responses with conf/learning.yaml's frozen
+tower, `</answer>` stop and fresh RL optimizer, and a 60-step warm-up, for run seeds 1 and 2:
+held-out 0.19 and 0.28 after the warm-up, 0.53 and 0.28 at step 50, 0.81 and 0.81 after RL; train
+accuracy 0.22 and 0.23 on the first 10 steps, 0.77 and 0.76 on the last 10. The first rise comes at
+a step that varies from seed to seed, so the test gives it 100.
 """
 
 from pathlib import Path
