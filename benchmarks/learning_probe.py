@@ -1,6 +1,6 @@
 """The trainer's RL update outside the pipeline, on the learning task's families, in one process.
 
-    .venv/bin/python benchmarks/learning_probe.py                      # four families, ~90 s on 2 cores
+    .venv/bin/python benchmarks/learning_probe.py                      # four families, ~1 min on 2 cores
     .venv/bin/python benchmarks/learning_probe.py --train-tower        # the same, the vision tower trained too
     .venv/bin/python benchmarks/learning_probe.py --kinds colour --prompts 8 --steps 300
 
@@ -102,7 +102,8 @@ def main() -> None:
     ap.add_argument("--kinds", default="colour,motion,flash_time,appears")
     ap.add_argument("--n", type=int, default=1152, help="training items")
     ap.add_argument("--heldout", type=int, default=128)
-    ap.add_argument("--steps", type=int, default=900)
+    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--warmup-steps", type=int, default=None, help="default: conf/learning.yaml's warmup_sft_steps")
     ap.add_argument("--prompts", type=int, default=32, help="clips a step")
     ap.add_argument("--group", type=int, default=8, help="draws a clip")
     ap.add_argument("--lr", type=float, default=1e-3)
@@ -134,7 +135,8 @@ def main() -> None:
 
     train, held = split("train"), split("heldout")
     model = AutoModelForImageTextToText.from_pretrained(model_dir)
-    opt = warm_up(model, ad, train, rng, steps=cfg.trainer.warmup_sft_steps, lr=cfg.trainer.warmup_lr)
+    warmup_steps = cfg.trainer.warmup_sft_steps if args.warmup_steps is None else args.warmup_steps
+    opt = warm_up(model, ad, train, rng, steps=warmup_steps, lr=cfg.trainer.warmup_lr)
     if args.keep_warmup_optimizer:
         for group in opt.param_groups:
             group["lr"] = args.lr
