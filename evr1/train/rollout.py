@@ -63,7 +63,8 @@ FIELDS = ("rows", "prompt_tokens", "responses", "texts", "groups", "scores", "tr
 Scorer = Callable[[list[str], list[dict]], tuple[list[dict], dict]]
 
 
-def _sampling(cfg: Config, seed: int, *, greedy: bool = False) -> dict:
+def sampling(cfg: Config, seed: int, *, greedy: bool = False) -> dict:
+    """The rollout worker's sampling settings (greedy: validation's)."""
     ro = cfg.rollout
     if greedy:
         return {"n": 1, "max_new_tokens": ro.max_new_tokens, "temperature": 0.0, "seed": seed, "stop": ro.stop}
@@ -102,7 +103,7 @@ def _draw(cfg: Config, rollout_actor, source: PromptSource, adapter, score: Scor
     mixing = bool(cfg.data.offline_key) and cfg.algorithm.offline_ratio > 0
     batch, handles, lengths = draw_readable(source, rollout_actor, cfg.trainer.prompts_per_step, metrics, messages)
     announce(batch)  # the policy ranks start reading these while the rollout generates
-    groups_out = ray.get(messages.call(rollout_actor.generate_prepared, handles, _sampling(cfg, seed)))
+    groups_out = ray.get(messages.call(rollout_actor.generate_prepared, handles, sampling(cfg, seed)))
     out = Rollout()
     samples = []
     for i, (sample, group) in enumerate(zip(batch, groups_out)):
@@ -127,7 +128,7 @@ def _draw(cfg: Config, rollout_actor, source: PromptSource, adapter, score: Scor
         if isinstance(v, (int, float)) and "per_second" not in k:  # counts add up over draws; rates do not
             metrics[f"reward/{k}"] = metrics.get(f"reward/{k}", 0.0) + float(v)
     if cfg.algorithm.adv_estimator == "remax":
-        greedy = ray.get(messages.call(rollout_actor.generate_prepared, handles, _sampling(cfg, seed, greedy=True)))
+        greedy = ray.get(messages.call(rollout_actor.generate_prepared, handles, sampling(cfg, seed, greedy=True)))
         base_scores, _ = score([g[0]["text"] for g in greedy], [reward_sample(s) for s in batch])
         base = torch.tensor([s["overall"] for s in base_scores], dtype=torch.float32)
         a = cfg.algorithm

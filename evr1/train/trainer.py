@@ -30,7 +30,7 @@ from evr1.train.policy_worker import PolicyWorker, Shard, grouped_calls, shard_s
 from evr1.train.prompt_prep import ReaderSpec, row_key
 from evr1.train.prompt_source import Cursor, PromptSource
 from evr1.train.ray_utils import ensure_ray
-from evr1.train.rollout import FIELDS, Rollout, collect, draw_readable
+from evr1.train.rollout import FIELDS, Rollout, collect, draw_readable, sampling
 from evr1.train.rollout_table import RolloutTables, TableSink
 from evr1.train.rollout_worker import RolloutWorker
 from evr1.train import offline, warmup
@@ -430,7 +430,6 @@ def _reward_metrics(r: Rollout) -> dict[str, float]:
 def validate(cfg: Config, cluster: _Cluster, samples: list[dict], adapter, score,
              tables: RolloutTables | None = None) -> dict[str, float]:
     """Greedy answers on (up to `val_limit`) held-out samples from the current rollout weights."""
-    ro = cfg.rollout
     rows = samples[: cfg.trainer.val_limit]
     answers = ray.get(cluster.messages.call(cluster.rollout.prepare, rows))
     # Unreadable media: left out of validation (the cache stage lists them).
@@ -438,8 +437,8 @@ def validate(cfg: Config, cluster: _Cluster, samples: list[dict], adapter, score
     if not chosen:
         return {}
     handles = [h for _, h in chosen]
-    outs = ray.get(cluster.messages.call(cluster.rollout.generate_prepared, handles, {
-        "n": 1, "max_new_tokens": ro.max_new_tokens, "temperature": 0.0, "seed": cfg.run.seed, "stop": ro.stop}))
+    outs = ray.get(cluster.messages.call(cluster.rollout.generate_prepared, handles,
+                                         sampling(cfg, cfg.run.seed, greedy=True)))
     cluster.messages.call(cluster.rollout.release, handles)
     scores, _ = score([o[0]["text"] for o in outs], [reward_sample(s) for s, _ in chosen])
     if tables is not None:
