@@ -7,9 +7,12 @@ Prefect tasks never touch MLflow directly.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import signal
 import socket
-from collections.abc import Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,39 @@ def default_tracking_uri(run_dir: Path) -> str:
     """SQLite under the run folder: the file store is in maintenance mode in MLflow 3.17."""
     run_dir.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{(run_dir / 'mlflow.db').resolve()}"
+
+
+_HELD = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM until an MLflow write is done, then act on them. Raised inside one, the
+    KeyboardInterrupt or SystemExit leaves its SQLite transaction open (MLflow rolls back on Exception
+    only), the database stays locked, and closing the runs KILLED fails: the command exits 1 with
+    "database is locked" instead of 130 or 143 (tests/e2e/test_kill.py's rare failure)."""
+    previous = {s: signal.getsignal(s) for s in _HELD}
+    if threading.current_thread() is not threading.main_thread() or None in previous.values():
+        yield  # signal handlers belong to the main thread; None: a handler not installed from Python
+        return
+    pending: list[int] = []
+    for s in _HELD:
+        signal.signal(s, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if pending:
+            signal.raise_signal(pending[0])
+
+
+def _held(method: Callable) -> Callable:
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        with signals_held():
+            return method(*args, **kwargs)
+    return wrapper
 
 
 class Tracker:
@@ -50,6 +86,7 @@ class Tracker:
     def client(self) -> MlflowClient:
         return MlflowClient(self.uri)
 
+    @_held
     def start_parent(self, run_name: str, *, params: Mapping[str, Any] = {}, tags: Mapping[str, str] = {},
                      run_id: str | None = None) -> str | None:
         """Open (or reopen, for a resumed flow run) the parent run and log the config as params."""
@@ -74,19 +111,21 @@ class Tracker:
         owner = owner_tags()
         if run_id is not None and not self._exists(run_id):
             run_id = None
-        mlflow.start_run(run_id=self.parent_run_id, tags=owner)
+        with signals_held():
+            mlflow.start_run(run_id=self.parent_run_id, tags=owner)
         status, opened = "FAILED", 1
         try:
-            if run_id is None:
-                child = mlflow.start_run(run_name=name, nested=True, tags={"evr1.stage": name, **owner})
-            else:
-                child = mlflow.start_run(run_id=run_id, nested=True, tags=owner)
-                known = child.data.params
-                params = {k: v for k, v in params.items() if k not in known}
-            opened = 2
-            self._stage_run_id = child.info.run_id
-            if params:
-                _log_params_chunked(params)
+            with signals_held():
+                if run_id is None:
+                    child = mlflow.start_run(run_name=name, nested=True, tags={"evr1.stage": name, **owner})
+                else:
+                    child = mlflow.start_run(run_id=run_id, nested=True, tags=owner)
+                    known = child.data.params
+                    params = {k: v for k, v in params.items() if k not in known}
+                opened = 2
+                self._stage_run_id = child.info.run_id
+                if params:
+                    _log_params_chunked(params)
             yield self
             status = "FINISHED"
         except (KeyboardInterrupt, SystemExit):
@@ -94,8 +133,9 @@ class Tracker:
             raise
         finally:
             self._stage_run_id = None
-            for _ in range(opened):  # the stage run, then the parent
-                mlflow.end_run(status)
+            with signals_held():
+                for _ in range(opened):  # the stage run, then the parent
+                    mlflow.end_run(status)
 
     def _exists(self, run_id: str) -> bool:
         try:
@@ -117,6 +157,7 @@ class Tracker:
         keys = client.get_run(self._stage_run_id).data.metrics
         return {k: max((m.step for m in client.get_metric_history(self._stage_run_id, k)), default=0) for k in keys}
 
+    @_held
     def close_dead_runs(self, run_dir: str | Path) -> list[str]:
         """Mark KILLED the RUNNING runs of `run_dir` (parent and stage runs) whose owning process on this
         host is gone: a command killed with -9 cannot close its own runs. Returns their ids."""
@@ -137,22 +178,27 @@ class Tracker:
                 closed.append(run.info.run_id)
         return closed
 
+    @_held
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         if self.enabled and metrics:
             mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, step=step)
 
+    @_held
     def log_params(self, params: Mapping[str, Any]) -> None:
         if self.enabled and params:
             _log_params_chunked(params)
 
+    @_held
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         if self.enabled:
             mlflow.log_artifact(str(path), artifact_path=artifact_path)
 
+    @_held
     def log_dict(self, data: Mapping, name: str) -> None:
         if self.enabled:
             mlflow.log_dict(dict(data), name)
 
+    @_held
     def log_table(self, rows: list[Mapping[str, Any]], artifact_file: str) -> None:
         """Rows of one table (same keys) as a JSON artifact in MLflow's table layout ({"columns", "data"}).
 
@@ -163,14 +209,17 @@ class Tracker:
             columns = list(rows[0])
             mlflow.log_dict({"columns": columns, "data": [[r.get(k) for k in columns] for r in rows]}, artifact_file)
 
+    @_held
     def log_text(self, text: str, name: str) -> None:
         if self.enabled:
             mlflow.log_text(text, name)
 
+    @_held
     def set_tags(self, tags: Mapping[str, str]) -> None:
         if self.enabled:
             mlflow.set_tags(dict(tags))
 
+    @_held
     def register_model_dir(self, model_dir: Path, name: str, *, weights_sha256: str | None = None,
                            description: str | None = None) -> str | None:
         """Log a merged model directory as an artifact of the current run and register it as a new version.
