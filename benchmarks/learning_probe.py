@@ -97,6 +97,29 @@ def heldout_accuracy(model, ad, held: list[dict]) -> dict[str, float]:
     return {k: round(float(np.mean(v)), 3) for k, v in sorted(right.items())}
 
 
+def load_task(kinds: list[str], n: int, heldout: int):
+    """conf/learning.yaml's config, tiny model (its adapter and folder) and the `kinds` families'
+    train and held-out items, each with its encoded prompt and deciding tokens."""
+    cfg = load_config(ROOT / "conf" / "learning.yaml")
+    tmp, s = Path(tempfile.mkdtemp()), cfg.data.synth
+    make_synthetic(tmp / "synth", n, seed=0, heldout=heldout, size=tuple(s.size), fps=s.fps, seconds=s.seconds,
+                   kinds=kinds)
+    model_dir = make_tiny(cfg.model.tiny.family, tmp / "model", seed=cfg.model.tiny.seed, **cfg.model.tiny.sizes)
+    ad = load_adapter(model_dir)
+    reader = FrameReader(None, cfg.cache.frame_params(ad.family.factor), mode="decode-only", data_root=str(tmp / "synth"))
+
+    def split(name: str) -> list[dict]:
+        out = []
+        for line in (tmp / "synth" / f"{name}.jsonl").read_text().splitlines():
+            r = json.loads(line)
+            head, space, truth = deciding_tokens(ad.tokenizer, r)
+            prompt = ad.encode_prompt(prompts.render(r, template=cfg.rollout.template), videos=[reader.video(r["videos"][0])])
+            out.append({"prompt": prompt, "head": head, "space": space, "truth": truth, "kind": r["synth_kind"], "record": r})
+        return out
+
+    return cfg, ad, model_dir, split("train"), split("heldout")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kinds", default="colour,motion,flash_time,appears")
@@ -116,24 +139,7 @@ def main() -> None:
     torch.manual_seed(args.seed)
     random.seed(args.seed)
     rng = np.random.default_rng(args.seed)
-    cfg = load_config(ROOT / "conf" / "learning.yaml")
-    tmp, s = Path(tempfile.mkdtemp()), cfg.data.synth
-    make_synthetic(tmp / "synth", args.n, seed=0, heldout=args.heldout, size=tuple(s.size), fps=s.fps,
-                   seconds=s.seconds, kinds=args.kinds.split(","))
-    model_dir = make_tiny(cfg.model.tiny.family, tmp / "model", seed=cfg.model.tiny.seed, **cfg.model.tiny.sizes)
-    ad = load_adapter(model_dir)
-    reader = FrameReader(None, cfg.cache.frame_params(ad.family.factor), mode="decode-only", data_root=str(tmp / "synth"))
-
-    def split(name: str) -> list[dict]:
-        out = []
-        for line in (tmp / "synth" / f"{name}.jsonl").read_text().splitlines():
-            r = json.loads(line)
-            head, space, truth = deciding_tokens(ad.tokenizer, r)
-            prompt = ad.encode_prompt(prompts.render(r, template=cfg.rollout.template), videos=[reader.video(r["videos"][0])])
-            out.append({"prompt": prompt, "head": head, "space": space, "truth": truth, "kind": r["synth_kind"], "record": r})
-        return out
-
-    train, held = split("train"), split("heldout")
+    cfg, ad, model_dir, train, held = load_task(args.kinds.split(","), args.n, args.heldout)
     model = AutoModelForImageTextToText.from_pretrained(model_dir)
     warmup_steps = cfg.trainer.warmup_sft_steps if args.warmup_steps is None else args.warmup_steps
     opt = warm_up(model, ad, train, rng, steps=warmup_steps, lr=cfg.trainer.warmup_lr)

@@ -241,6 +241,9 @@ class AlgorithmConfig(Section):
     kl_target: float = Field(0.1, gt=0.0)
     kl_horizon: float = Field(10000.0, gt=0.0)
     entropy_coeff: float = 0.0
+    # The policy gradient on the top share of response tokens by entropy only, within each micro-batch
+    # (Wang et al. 2025, "Beyond the 80/20 rule"; 0.2 there); 1: every token. KL and entropy terms keep all.
+    top_entropy_ratio: float = Field(1.0, gt=0.0, le=1.0)
     # DAPO dynamic sampling: drop groups that teach nothing and draw more prompts to refill the batch.
     dynamic_sampling: bool = False
     filter_rule: Literal["std", "mean_range"] = "std"

@@ -7,7 +7,7 @@ about is in the frames the model receives; `oracle` answers every item from thos
 | family     | question                                     | type               | answers     | chance |
 |------------|----------------------------------------------|--------------------|-------------|--------|
 | colour     | colour of the moving shape (fixed A–D order) | multiple choice    | A B C D     | 1/4    |
-| motion     | does it move from left to right?             | boolean            | Yes No      | 1/2    |
+| motion     | which way does it move? (left, right)        | multiple choice    | A B         | 1/2    |
 | flashes    | how many times does the square flash?        | numerical          | 0 1 2       | 1/3    |
 | appears    | when is the circle on screen?                | temporal grounding | 4 intervals | 1/4    |
 
@@ -30,6 +30,7 @@ from evr1.data.synth_media import BACKGROUND, PALETTE, SHAPES, Canvas, Item, can
 
 COLOURS = ("red", "green", "blue", "yellow")
 COLOUR_OPTIONS = [f"{letter}. {name}" for letter, name in zip("ABCD", COLOURS)]
+MOTION_OPTIONS = ("A. left", "B. right")
 SEGMENTS = 4  # `appears`: the clip is cut into this many equal intervals; the circle fills one
 
 
@@ -75,11 +76,14 @@ def kind_screen_colour(geo: Canvas, rng: np.random.Generator) -> Item:
 
 
 def kind_motion(geo: Canvas, rng: np.random.Generator) -> Item:
+    """Left or right, asked as a two-option multiple choice: each answer is one letter token. As yes/no
+    the tiny tokenizer splits "Yes" in two, and every stray second token penalised the first: RL drove
+    the policy to "No" before it found the direction (docs/learning.md)."""
     right = bool(rng.integers(2))
     clip = sweep(geo, rng, SHAPES[rng.integers(2)], COLOURS[rng.integers(len(COLOURS))], right, _radius(geo))
-    answer = "Yes" if right else "No"
-    return Item("motion", clip, "<video>\nDoes the shape move from left to right?", answer, "boolean",
-                answer_space=["Yes", "No"],
+    answer = MOTION_OPTIONS[int(right)][0]
+    return Item("motion", clip, "<video>\nWhich way does the shape move?", answer, "multiple choice",
+                list(MOTION_OPTIONS), answer_space=["A", "B"],
                 trajectory=_trajectory(f"It moves to the {'right' if right else 'left'}.", answer))
 
 
@@ -166,7 +170,7 @@ def _oracle_colour(frames: np.ndarray, times: np.ndarray) -> str:
 
 def _oracle_motion(frames: np.ndarray, times: np.ndarray) -> str:
     xs = [np.nonzero(_foreground(f))[1].mean() for f in frames[_on(frames)]]
-    return "Yes" if xs[-1] > xs[0] else "No"
+    return MOTION_OPTIONS[int(xs[-1] > xs[0])][0]
 
 
 def _oracle_flashes(frames: np.ndarray, times: np.ndarray) -> str:

@@ -1,10 +1,10 @@
-"""Entropy of the next-token distribution from logits."""
+"""Entropy of the next-token distribution from logits, and the high-entropy tokens a loss may keep."""
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["entropy_from_logits"]
+__all__ = ["entropy_from_logits", "high_entropy_mask"]
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
@@ -24,3 +24,21 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     safe_log_p = torch.where(torch.isneginf(log_p), torch.zeros_like(log_p), log_p)
     entropy = -(log_p.exp() * safe_log_p).sum(dim=-1)
     return entropy.to(logits.dtype)
+
+
+def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, ratio: float) -> torch.Tensor:
+    """The valid tokens among the top ``ratio`` by entropy, as a float mask like ``mask`` ``[B, L]``.
+
+    Wang et al. 2025 ("Beyond the 80/20 rule"): the policy gradient restricted to the highest-entropy
+    fifth of the response tokens (the forks where the policy decides) learns as well or better than on
+    every token. The threshold is the ``1 − ratio`` quantile of the valid tokens' entropies; ties at the
+    threshold are kept. ``ratio`` ≥ 1 keeps every valid token; an empty mask stays empty.
+    """
+    if not 0.0 < ratio:
+        raise ValueError(f"top_entropy_ratio must be in (0, 1], got {ratio}")
+    valid = mask.bool()
+    if ratio >= 1.0 or not valid.any():
+        return valid.to(entropy.dtype if entropy.is_floating_point() else torch.float32)
+    values = entropy.detach().float()[valid]
+    threshold = torch.quantile(values, 1.0 - ratio)
+    return (valid & (entropy.detach().float() >= threshold)).float()

@@ -373,8 +373,12 @@ class PolicyWorker:
         else:
             (log_probs, entropy), zero = self._log_probs(self.model, batch, with_entropy=True), 0.0
         log_probs = log_probs.float()
-        pg_loss, pg_metrics = rl.policy_loss(self.o["policy_loss"], log_probs, old_lp, adv, mask,
-                                             loss_agg_mode=agg, **counts, **self.o["loss_options"])
+        pg_mask, pg_counts, ratio = mask, counts, self.o["top_entropy_ratio"]
+        if ratio < 1.0:  # the policy gradient on the high-entropy tokens, weighted as their share
+            pg_mask = rl.high_entropy_mask(entropy, mask, ratio)
+            pg_counts = {**counts, "global_token_count": counts["global_token_count"] * ratio}
+        pg_loss, pg_metrics = rl.policy_loss(self.o["policy_loss"], log_probs, old_lp, adv, pg_mask,
+                                             loss_agg_mode=agg, **pg_counts, **self.o["loss_options"])
         loss = pg_loss
         metrics = {f"actor/{k}": float(v) for k, v in pg_metrics.items()}
         if self.o["use_kl_loss"] and ref_lp is not None:

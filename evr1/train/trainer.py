@@ -60,6 +60,7 @@ def _worker_options(cfg: Config) -> dict:
         "needs_reference": (a.use_kl_loss and a.kl_loss_coef > 0) or a.use_kl_in_reward,
         "collective_timeout_s": t.collective_timeout_s,
         "kl_penalty": a.kl_penalty, "entropy_coeff": a.entropy_coeff, "policy_loss": a.policy_loss,
+        "top_entropy_ratio": a.top_entropy_ratio,
         "loss_agg_mode": a.loss_agg_mode or rl.POLICY_LOSSES[a.policy_loss].default_agg_mode,
         "loss_scale_factor": a.loss_scale_factor or float(cfg.rollout.max_new_tokens),
         "loss_options": {k: v for k, v in a.loss_options().items() if k not in ("loss_agg_mode", "loss_scale_factor")},

@@ -3,9 +3,10 @@ closed forms."""
 
 import math
 
+import pytest
 import torch
 
-from evr1.rl import entropy_from_logits
+from evr1.rl import entropy_from_logits, high_entropy_mask
 
 
 def test_matches_categorical_entropy(dtype, tol):
@@ -45,3 +46,17 @@ def test_half_precision_is_upcast_and_returned_in_input_dtype():
     entropy = entropy_from_logits(logits)
     assert entropy.dtype == torch.bfloat16
     assert abs(entropy[0].item() - math.log(1000)) < 0.05
+
+
+def test_high_entropy_mask_keeps_the_top_share_of_valid_tokens():
+    entropy = torch.tensor([[0.1, 2.0, 0.3, 9.0], [1.5, 0.2, 0.05, 0.0]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 0]], dtype=torch.float32)  # 9.0 is padding: never kept
+    kept = high_entropy_mask(entropy, mask, 1 / 3)
+    assert kept.tolist() == [[0, 1, 0, 0], [1, 0, 0, 0]]  # 2.0 and 1.5 of the six valid tokens
+    assert high_entropy_mask(entropy, mask, 1.0).tolist() == mask.tolist()
+    assert high_entropy_mask(entropy, torch.zeros_like(mask), 0.2).sum() == 0
+
+
+def test_high_entropy_mask_rejects_a_ratio_outside_the_unit_interval():
+    with pytest.raises(ValueError, match="top_entropy_ratio"):
+        high_entropy_mask(torch.ones(1, 2), torch.ones(1, 2), 0.0)
