@@ -68,18 +68,28 @@ def step(opt: torch.optim.Optimizer, loss: torch.Tensor) -> None:
     opt.step()
 
 
+def language_params(model) -> list[torch.nn.Parameter]:
+    """Every parameter but the vision tower's (`model.freeze_vision_tower`)."""
+    return [p for n, p in model.named_parameters() if not n.startswith("model.visual")]
+
+
+def response_log_probs(model, batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log-probabilities of a collated batch's response tokens ``[B, L]``, the full ``[B, L, V]`` ones)."""
+    n = batch.response_mask.shape[1]
+    log_p = torch.log_softmax(model(**batch.model_inputs()).logits[:, -n - 1:-1].float(), -1)
+    return log_p.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1), log_p
+
+
 def warm_up(model, ad, train: list[dict], rng: np.random.Generator, *, steps: int, lr: float) -> torch.optim.Optimizer:
     """conf/learning.yaml's format warm-up: `<answer>X</answer>` with X uniform, the tower untouched."""
-    opt = torch.optim.AdamW([p for n, p in model.named_parameters() if not n.startswith("model.visual")], lr=lr)
+    opt = torch.optim.AdamW(language_params(model), lr=lr)
     eos = ad.eos_token_ids[:1]
     for _ in range(steps):
         items = [train[i] for i in rng.choice(len(train), 32, replace=False)]
         targets = [ad.tokenizer.encode(f"<answer>{random.choice(it['record']['answer_space'])}</answer>",
                                        add_special_tokens=False) + eos for it in items]
         batch = ad.collate([it["prompt"] for it in items], targets).to("cpu", dtype=torch.float32)
-        n = batch.response_mask.shape[1]
-        logits = model(**batch.model_inputs()).logits[:, -n - 1:-1].float()
-        lp = torch.log_softmax(logits, -1).gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)
+        lp, _ = response_log_probs(model, batch)
         step(opt, -(lp * batch.response_mask).sum() / batch.response_mask.sum())
     return opt
 

@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from learning_probe import heldout_accuracy, load_task, step, warm_up
+from learning_probe import heldout_accuracy, language_params, load_task, response_log_probs, step, warm_up
 from transformers import AutoModelForImageTextToText
 
 from evr1 import rewards, rl
@@ -94,7 +94,7 @@ def main() -> None:
     model = AutoModelForImageTextToText.from_pretrained(model_dir)
     warm_up(model, ad, train, rng, steps=args.warmup_steps, lr=cfg.trainer.warmup_lr)
     reference = copy.deepcopy(model).eval()
-    opt = torch.optim.AdamW([p for n, p in model.named_parameters() if not n.startswith("model.visual")], lr=args.lr)
+    opt = torch.optim.AdamW(language_params(model), lr=args.lr)
     engine = HFEngine(model, ad, batch_size=args.prompts)
     tags = {"opener": ad.tokenizer.encode("<answer>", add_special_tokens=False),
             "closer": ad.tokenizer.encode("</answer>", add_special_tokens=False)}
@@ -109,21 +109,18 @@ def main() -> None:
         samples = [reward_sample(it["record"]) for it in items for _ in range(args.group)]
         scored = rewards.compute_scores(texts, samples, accuracy_weight=cfg.reward.accuracy_weight,
                                         format_weight=cfg.reward.format_weight).scores
-        overall = torch.tensor([sc["overall"] for sc in scored]).view(args.prompts, args.group)
-        adv = ((overall - overall.mean(1, keepdim=True)) / (overall.std(1, keepdim=True) + 1e-6)).view(-1)
         responses = [list(g.token_ids) for gs in outs for g in gs]
         batch = ad.collate([it["prompt"] for it in items for _ in range(args.group)], responses).to("cpu", dtype=torch.float32)
-        n = batch.response_mask.shape[1]
-        log_p = torch.log_softmax(model(**batch.model_inputs()).logits[:, -n - 1:-1].float(), -1)
-        lp = log_p.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)
         mask = batch.response_mask.float()
+        adv, _ = rl.compute_advantages("grpo", [sc["overall"] for sc in scored],
+                                       np.repeat(np.arange(args.prompts), args.group), mask)
+        lp, log_p = response_log_probs(model, batch)
         entropy = rl.entropy_from_logits(log_p.detach())
         pg_mask = select({"mask": mask, "responses": responses, "entropy": entropy, **tags}, arg)
-        loss = -(adv[:, None] * lp * pg_mask).sum() / pg_mask.sum().clamp(min=1)
+        loss = -(adv * lp * pg_mask).sum() / pg_mask.sum().clamp(min=1)
         if args.kl:
             with torch.no_grad():
-                ref_lp = torch.log_softmax(reference(**batch.model_inputs()).logits[:, -n - 1:-1].float(), -1)
-                ref_lp = ref_lp.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)
+                ref_lp, _ = response_log_probs(reference, batch)
             loss = loss + args.kl * rl.masked_mean(rl.kl_penalty(lp, ref_lp, "low_var_kl"), mask)
         step(opt, loss)
         entropies.append(float(rl.masked_mean(entropy, mask)))

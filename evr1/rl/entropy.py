@@ -38,7 +38,7 @@ def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, ratio: float) -
         raise ValueError(f"top_entropy_ratio must be in (0, 1], got {ratio}")
     valid = mask.bool()
     if ratio >= 1.0 or not valid.any():
-        return valid.to(entropy.dtype if entropy.is_floating_point() else torch.float32)
+        return valid.float()
     values = entropy.detach().float()[valid]
     threshold = torch.quantile(values, 1.0 - ratio)
     return (valid & (entropy.detach().float() >= threshold)).float()
