@@ -176,7 +176,7 @@ def stage_ingest(cfg: Config, *, run_key: str | None = None) -> StageResult:
     """Synthesise data if asked, then validate every record into Lance `samples` (+ `rejects`)."""
     from evr1 import rewards
     from evr1.data.ingest import ingest
-    from evr1.data.prompt_length import limit_for_config
+    from evr1.models.prompt_length import limit_for_config
     from evr1.data.synth import make_synthetic
 
     for ref in cfg.reward.families:  # user families register their problem types before validation

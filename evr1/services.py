@@ -20,8 +20,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from evr1.local_ray import pid_alive
-from evr1.tracking import _started  # a pid's start time: a pid with it names one process
+from evr1.cluster import processes
 
 STATE_FILE = "services.json"
 BIN = Path(sys.executable).parent
@@ -34,11 +33,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def _alive(entry: dict) -> bool:
-    try:
-        os.kill(entry["pid"], 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return _started(entry["pid"]) == entry["started"]
+    return processes.same_process(entry["pid"], entry["started"] or "-")  # "-": an entry without a start is not ours
 
 
 def _wait(url: str, proc: subprocess.Popen, name: str, log: Path, timeout: float) -> None:
@@ -62,7 +57,7 @@ def _spawn(name: str, argv: list[str], env: dict, state: Path, cwd: Path) -> tup
     with log.open("ab") as out:
         proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)  # its own group: `down` stops its children too
-    return proc, {"pid": proc.pid, "started": _started(proc.pid), "log": str(log), "argv": argv}
+    return proc, {"pid": proc.pid, "started": processes.started(proc.pid), "log": str(log), "argv": argv}
 
 
 def read_state(state: Path) -> dict:
@@ -171,7 +166,7 @@ def down(state: Path, *, grace: float = 20.0) -> dict[str, list[int]]:
 
 def _exists(pid: int) -> bool:
     """Whether the process runs: it exists and is not a zombie."""
-    if not pid_alive(pid):
+    if not processes.pid_alive(pid):
         return False
     try:  # a zombie of ours is gone for every purpose: reap it
         return os.waitpid(pid, os.WNOHANG) == (0, 0)

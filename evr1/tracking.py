@@ -19,6 +19,8 @@ from typing import Any
 import mlflow
 from mlflow.tracking import MlflowClient
 
+from evr1.cluster.processes import same_process, started
+
 
 def default_tracking_uri(run_dir: Path) -> str:
     """SQLite under the run folder: the file store is in maintenance mode in MLflow 3.17."""
@@ -172,7 +174,7 @@ class Tracker:
             tags = run.data.tags
             if tags.get("evr1.run_dir") not in (None, str(run_dir)) or "evr1.pid" not in tags:
                 continue
-            if tags.get("evr1.host") == socket.gethostname() and not _process_alive(tags["evr1.pid"],
+            if tags.get("evr1.host") == socket.gethostname() and not same_process(tags["evr1.pid"],
                                                                                  tags.get("evr1.pid_started")):
                 client.set_terminated(run.info.run_id, "KILLED")
                 closed.append(run.info.run_id)
@@ -247,29 +249,9 @@ class Tracker:
         return str(version.version)
 
 
-def _started(pid: int | str) -> str:
-    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22): with the pid it
-    names one process, even after the pid is reused."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[19].decode()
-    except (OSError, IndexError):
-        return ""
-
-
 def owner_tags() -> dict[str, str]:
     """Tags naming the process that has a run open: host, pid and the pid's start time."""
-    return {"evr1.host": socket.gethostname(), "evr1.pid": str(os.getpid()), "evr1.pid_started": _started(os.getpid())}
-
-
-def _process_alive(pid: str, started: str | None) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, ValueError):
-        return True
-    return not started or _started(pid) == started
+    return {"evr1.host": socket.gethostname(), "evr1.pid": str(os.getpid()), "evr1.pid_started": started(os.getpid())}
 
 
 def _log_params_chunked(params: Mapping[str, Any]) -> None:

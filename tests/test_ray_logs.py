@@ -5,7 +5,7 @@ import time
 
 import ray
 
-from evr1.ray_logs import forwarded, level_of
+from evr1.cluster.logs import forwarded, level_of
 
 
 def test_levels_are_read_from_the_line():

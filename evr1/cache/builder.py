@@ -25,7 +25,7 @@ from evr1.cache.keys import HashTimeout, content_hash, frame_key, hash_index_for
 from evr1.cache.paths import resolve_media_path
 from evr1.cache.store import (build_lock, clip_row, commit_fragments, ensure_frames, existing_keys, open_table,
                               remove_stray_files, write_fragment)
-from evr1.local_ray import start_local
+from evr1.cluster.local import start_local
 from evr1.video.clip import FrameParams, VideoClip
 from evr1.video.decode import decode_video, load_image
 from evr1.video.errors import MediaDecodeError
@@ -185,7 +185,7 @@ def _ensure_ray(workers: int, ray_address: str | None) -> bool:
     # Ray workers must import evr1 even when it is not installed (a source checkout).
     package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     pythonpath = os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH")) if p)
-    start_local(  # dies with this command, even after a kill -9 (see evr1.local_ray)
+    start_local(  # dies with this command, even after a kill -9 (see evr1.cluster.local)
         num_cpus=max(1, workers),
         include_dashboard=False,
         object_store_memory=RAY_OBJECT_STORE_BYTES,

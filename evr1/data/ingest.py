@@ -19,7 +19,7 @@ import lance
 import pyarrow as pa
 from pydantic import BaseModel
 
-from evr1.data.prompt_length import PromptLimit, record_texts
+from evr1.models.prompt_length import PromptLimit, record_texts
 from evr1.data.schema import CONSUMED_FIELDS, REJECTS_SCHEMA, SAMPLES_SCHEMA, Reject, Sample, canonical_json
 from evr1.data.sources import DatasetSourceError, RawRecord, collect_sources, read_records
 from evr1.data.validate import Context, ProblemTypeResolver, RecordError, default_resolve_problem_type, validate_record
@@ -181,7 +181,7 @@ def ingest(
             rejects.append(_reject(rec, err.kind, err.field, err.message))
             continue
         too_long = prompt_limit.measure(record_texts(draft.problem, draft.options)) if prompt_limit else None
-        if too_long is not None:  # before anything keeps the text around (evr1/data/prompt_length.py)
+        if too_long is not None:  # before anything keeps the text around (evr1/models/prompt_length.py)
             rejects.append(_reject(rec, "prompt_too_long", "problem", prompt_limit.reason(too_long)))
             continue
         sample_id, id_note = _sample_id(draft.record, problem_id_counts)

@@ -57,7 +57,7 @@ def remote_engine(model_dir: str | PathLike, engine: str, *, batch_size: int, dt
     `asynchronous=True` asks vLLM for its AsyncLLM (other engines ignore it); the actor then serves up
     to `max_concurrency` calls at once. Waiting here turns a worker that cannot start (no vLLM in its
     image, no GPU, a bad checkpoint) into one clear error now, instead of every eval item failing
-    with it later. Ray must be started (`evr1.train.ray_utils.ensure_ray`). `engine_options` go to the
+    with it later. Ray must be started (`evr1.cluster.connect.ensure_ray`). `engine_options` go to the
     engine's constructor (e.g. vLLM's `tensor_parallel_size`).
     """
     from evr1.engines.worker import EngineWorker

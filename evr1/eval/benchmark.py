@@ -21,54 +21,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from evr1.eval.items import ItemError, normalise, unique_ids
-
-PROFILES = ("official", "easyvideor1")
-
-
-@dataclass(frozen=True)
-class Prompted:
-    """What the engine needs for one item: the prompt text with placeholders and the media paths."""
-
-    text: str
-    videos: Sequence[str] = ()
-    images: Sequence[str] = ()
-    # Per video: (start, end) seconds of the clip to sample from, or None for the whole video.
-    segments: Sequence[tuple[float | None, float | None] | None] = ()
-
-
-@dataclass(frozen=True)
-class PromptContext:
-    """How to ask: the scoring profile's prompt style, the model family's style, thinking, subtitles.
-
-    `family` is "qwen3" (Qwen3-VL, Qwen3.5) or "qwen25" (Qwen2-VL, Qwen2.5-VL); `subtitles` is the
-    subtitle text to include (None: none); `template` is the run's `rollout.template` (held-out split).
-    """
-
-    profile: str = "official"
-    family: str = "qwen3"
-    thinking: bool = False
-    subtitles: str | None = None
-    template: str | None = None
-
-
-class PromptFn(Protocol):
-    def __call__(self, item: Mapping[str, Any], ctx: PromptContext) -> str: ...
-
-
-ItemScorer = Callable[[str, Mapping[str, Any]], dict[str, Any]]  # (output, item) → {"score": …, "pred": …}
-
-
-@dataclass(frozen=True)
-class Report:
-    """A benchmark's aggregate: the headline metric, its value in [0, 1] and the breakdowns."""
-
-    metric: str
-    value: float
-    parts: dict[str, float] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=dict)
-
-
-Aggregate = Callable[[Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]], Report]  # [(item, result)] → Report
+from evr1.eval.profiles import aggregate_for, prompt_for, scorer_for
+from evr1.eval.types import (PROFILES, Aggregate, ItemScorer, PromptContext, Prompted, PromptFn,  # noqa: F401 (re-exported)
+                              Report)
 
 
 def _never(item: Mapping[str, Any]) -> bool:
@@ -133,8 +88,6 @@ class Benchmark:
     # ---- asking and scoring -------------------------------------------------------------------
     def prompted(self, item: Mapping[str, Any], ctx: PromptContext) -> Prompted:
         """The prompt and media paths (relative to the video root) for one item under `ctx`."""
-        from evr1.eval.profiles import prompt_for
-
         text = prompt_for(self, item, ctx)
         videos = tuple(item.get("videos") or ((item["video"],) if item.get("video") else ()))
         images = tuple(item.get("images") or ((item["image"],) if item.get("image") else ()))
@@ -145,13 +98,9 @@ class Benchmark:
         return Prompted(text=text, videos=videos, images=images, segments=(segment,) * len(videos))
 
     def score_item(self, output: str, item: Mapping[str, Any], profile: str = "official") -> dict[str, Any]:
-        from evr1.eval.profiles import scorer_for
-
         return scorer_for(self, profile)(output, item)
 
     def report(self, pairs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]], profile: str = "official") -> Report:
-        from evr1.eval.profiles import aggregate_for
-
         return aggregate_for(self, profile)(pairs)
 
 

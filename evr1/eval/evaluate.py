@@ -184,7 +184,7 @@ def open_engine(cfg: Config, model_dir: Path, *, engine_name: str | None = None,
                    for d in devices]
         return (engines[0], lambda: None) if replicas == 1 else (EnginePool(engines), lambda: None)
     from evr1.engines.remote import remote_engine
-    from evr1.train.ray_utils import ensure_ray
+    from evr1.cluster.connect import ensure_ray
 
     o = cfg.orchestration
     ensure_ray(o.ray_address, num_cpus=o.ray_num_cpus, object_store_mb=o.ray_object_store_mb)

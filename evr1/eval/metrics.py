@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from evr1.eval.benchmark import Aggregate, Report
+from evr1.eval.types import Aggregate, Report
 
 Pairs = Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]
 

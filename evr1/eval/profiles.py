@@ -17,10 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from evr1.eval.benchmark import PROFILES, Aggregate, Benchmark, ItemScorer, PromptContext, Report
+from evr1.eval.types import PROFILES, Aggregate, ItemScorer, PromptContext, Report
 from evr1.eval.prompting import strip_reasoning
+
+if TYPE_CHECKING:  # the registry dispatches to the profiles; they only read its definitions
+    from evr1.eval.benchmark import Benchmark
 
 
 def _check(profile: str) -> None:

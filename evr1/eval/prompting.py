@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from evr1.eval.benchmark import PromptContext
+from evr1.eval.types import PromptContext
 
 _REASONING = (re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE),
               re.compile(r"<analysis>.*?</analysis>", re.DOTALL | re.IGNORECASE))

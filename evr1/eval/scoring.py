@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from evr1.eval.benchmark import ItemScorer
+from evr1.eval.types import ItemScorer
 
 Extract = Callable[[str, Mapping[str, Any]], str]  # (answer text, item) → predicted letter or ""
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer
 
-from evr1.data.prompt_length import check_prompt_tokens, refuse_by_size
+from evr1.models.prompt_length import check_prompt_tokens, refuse_by_size
 from evr1.models.families import Family, family_of
 from evr1.models.vision import (
     as_tensor,
@@ -237,7 +237,7 @@ class VisionLanguageAdapter:
     def __init__(self, model_dir: str | PathLike, *, tokenizer: Any | None = None,
                  max_prompt_tokens: int | None = None) -> None:
         self.model_dir = Path(model_dir)
-        # data.max_prompt_tokens (evr1/data/prompt_length.py): encode_prompt refuses longer prompts.
+        # data.max_prompt_tokens (evr1/models/prompt_length.py): encode_prompt refuses longer prompts.
         self.max_prompt_tokens = max_prompt_tokens
         self.family = family_of(self.model_dir)
         self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(str(self.model_dir))

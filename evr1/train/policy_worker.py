@@ -29,13 +29,13 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from evr1 import rl
+from evr1.cluster.processes import peak_rss_mb
 from evr1.models import encode_visual, grouped_response_log_probs, load_adapter, response_log_probs
 from evr1.models.packed import packed_response_log_probs, supports_packing
 from evr1.models.runtime import VisionPassCounter
 from evr1.models.shared_prefix import VisualFeatures
 from evr1.train.precision import precision
 from evr1.train.prompt_prep import READ_ERRORS, PromptPrep, ReaderSpec, row_key
-from evr1.train.rollout_worker import peak_rss_mb
 from evr1.train.sequence_parallel import sp_groups, sp_response_log_probs
 from evr1.train.sharded_load import build_replicated, build_sharded
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from evr1 import prompts
 from evr1.cache import CacheMiss, FrameReader
 from evr1.data.ingest import reward_sample
-from evr1.data.prompt_length import PromptTooLong
+from evr1.models.prompt_length import PromptTooLong
 from evr1.video.clip import FrameParams
 from evr1.video.errors import MediaDecodeError
 

@@ -11,11 +11,11 @@ those handles. `prefetch` reads the next step's rows in the background while the
 from __future__ import annotations
 
 import os
-import resource
 from itertools import count
 
 import torch
 
+from evr1.cluster.processes import peak_rss_mb
 from evr1.engines import SamplingParams, make_engine
 from evr1.models import load_adapter
 from evr1.models.runtime import VisionPassCounter
@@ -93,8 +93,3 @@ class RolloutWorker:
                 self.prep.release()
             return row
         return None
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident set size in MB (Linux reports ru_maxrss in KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

@@ -19,7 +19,7 @@ import torch
 
 from evr1 import rewards, rl
 from evr1.config import Config
-from evr1.data.prompt_length import effective_limit, model_positions
+from evr1.models.prompt_length import effective_limit, model_positions
 from evr1.data.ingest import reward_sample
 from evr1.models import load_adapter
 from evr1.train import checkpoint as ckpt_io
@@ -29,7 +29,7 @@ from evr1.train import micro_batches
 from evr1.train.policy_worker import PolicyWorker, Shard, grouped_calls, shard_slices
 from evr1.train.prompt_prep import ReaderSpec, row_key
 from evr1.train.prompt_source import Cursor, PromptSource
-from evr1.train.ray_utils import ensure_ray
+from evr1.cluster.connect import ensure_ray
 from evr1.train.rollout import FIELDS, Rollout, collect, draw_readable, sampling
 from evr1.train.rollout_table import RolloutTables, TableSink
 from evr1.train.rollout_worker import RolloutWorker

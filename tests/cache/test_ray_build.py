@@ -9,7 +9,7 @@ import pytest
 
 from evr1.cache import build_frame_cache, content_hash, frame_key
 from evr1.cache.store import read_clip
-from evr1.local_ray import start_local
+from evr1.cluster.local import start_local
 from evr1.video import FrameParams
 
 ray = pytest.importorskip("ray")

@@ -15,7 +15,7 @@ import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
-from evr1.local_ray import MARKER
+from evr1.cluster.local import MARKER
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 6
@@ -64,7 +64,7 @@ def processes_of(pid: int) -> tuple[set[int], list[str]]:
             if p.environ().get(MARKER, "").startswith(f"{pid}-"):
                 found.add(p.pid)
             cmd = p.info["cmdline"] or []
-            if "evr1.local_ray" in cmd and cmd[cmd.index("evr1.local_ray") + 1] == str(pid):
+            if "evr1.cluster.local" in cmd and cmd[cmd.index("evr1.cluster.local") + 1] == str(pid):
                 found.add(p.pid)  # the watchdog must end too, once it has cleaned up
                 temp_dirs.append(cmd[-1])
         except (psutil.Error, IndexError, ValueError):

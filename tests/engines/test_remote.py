@@ -16,7 +16,7 @@ from evr1.engines import Engine, SamplingParams
 from evr1.engines.hf import HFEngine
 from evr1.engines.remote import RemoteEngine, remote_engine
 from evr1.models import load_adapter
-from evr1.train.ray_utils import ensure_ray
+from evr1.cluster.connect import ensure_ray
 
 from .conftest import clip
 

@@ -20,7 +20,7 @@ from evr1.models.families import family_of
 from evr1.train.messages import MessageLog, holds_array
 from evr1.train.policy_worker import PolicyWorker, Shard
 from evr1.train.prompt_prep import PromptPrep, ReaderSpec
-from evr1.train.ray_utils import ensure_ray
+from evr1.cluster.connect import ensure_ray
 from evr1.train.trainer import _worker_options, train
 from tests.train.conftest import letter_density_data, letter_density_overrides
 

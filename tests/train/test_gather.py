@@ -5,7 +5,7 @@ import time
 import pytest
 import ray
 
-from evr1.train.ray_utils import ensure_ray
+from evr1.cluster.connect import ensure_ray
 from evr1.train.trainer import gather
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from evr1.eval.benchmark import Report
+from evr1.eval.types import Report
 from evr1.eval.easyvideor1.score import problem_type
 from evr1.eval.metrics import breakdown, nested_macro, value
 

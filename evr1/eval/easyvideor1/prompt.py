@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from evr1.eval.benchmark import PromptContext
+from evr1.eval.types import PromptContext
 from evr1.eval.easyvideor1 import templates as T
 
 MC = "multiple choice"

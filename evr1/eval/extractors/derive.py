@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from evr1.eval.benchmark import Aggregate, Report
+from evr1.eval.types import Aggregate, Report
 
 
 def with_fields(agg: Aggregate, **derive: Callable[[Mapping[str, Any]], Any]) -> Aggregate:

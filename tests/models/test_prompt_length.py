@@ -9,7 +9,7 @@ import pytest
 
 from evr1.config import load_config
 from evr1.data import ingest, read_rejects, read_samples
-from evr1.data.prompt_length import PromptTooLong, check_prompt_tokens, effective_limit, limit_for_config
+from evr1.models.prompt_length import PromptTooLong, check_prompt_tokens, effective_limit, limit_for_config
 from evr1.models.adapter import VisionLanguageAdapter
 from evr1.models.tiny import make_tiny
 

@@ -28,6 +28,8 @@ import uuid
 import warnings
 from typing import Any
 
+from evr1.cluster.processes import pid_alive, same_process, started
+
 MARKER = "EVR1_RAY_OWNER"
 GRACE_S = 2.0  # after the command ends: time for Ray's own shutdown before the watchdog steps in
 
@@ -71,7 +73,7 @@ def _spawn_watchdog(pid: int, marker: str, temp_dir: str) -> None:
     package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     _watchdogs.append(subprocess.Popen(
-        [sys.executable, "-m", "evr1.local_ray", str(pid), marker, temp_dir],
+        [sys.executable, "-m", "evr1.cluster.local", str(pid), marker, temp_dir],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True, close_fds=True, env=env,
     ))
@@ -93,13 +95,13 @@ def marked_processes(marker: str) -> list[int]:
     return found
 
 
-def _watch(pid: int, marker: str, every_s: float = 1.0) -> dict[int, float]:
+def _watch(pid: int, marker: str, every_s: float = 1.0) -> dict[int, str]:
     """Block until process `pid` has ended, noting the instance's processes every `every_s` seconds.
 
     The notes matter: Ray's head processes share the command's fate (they die with it), and the
     agents they started are then re-parented and, renamed, carry no readable marker; only a note
     taken while the command lived still names them."""
-    seen: dict[int, float] = {}
+    seen: dict[int, str] = {}
     try:
         fd = os.pidfd_open(pid)
     except (AttributeError, OSError):
@@ -119,45 +121,25 @@ def _watch(pid: int, marker: str, every_s: float = 1.0) -> dict[int, float]:
             os.close(fd)
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid exists (one we may not signal counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def instance_processes(marker: str) -> dict[int, float]:
+def instance_processes(marker: str) -> dict[int, str]:
     """PID -> start time of every process of the instance: those carrying the marker and all their
     descendants. Descendants count because a process that renames itself (Ray's `ray::DashboardAgent`,
     `ray::RuntimeEnvAgent`, actors) overwrites the memory /proc/PID/environ shows, marker included."""
     import psutil
 
-    found: dict[int, float] = {}
+    found: dict[int, str] = {}
     for pid in marked_processes(marker):
         try:
             root = psutil.Process(pid)
             for proc in (root, *root.children(recursive=True)):
-                found[proc.pid] = proc.create_time()
+                if start := started(proc.pid):  # "": gone meanwhile
+                    found[proc.pid] = start
         except psutil.Error:  # gone meanwhile
             continue
     return found
 
 
-def _same_process(pid: int, started: float) -> bool:
-    """`pid` still names the process first seen with start time `started` (not a reused PID)."""
-    import psutil
-
-    try:
-        return psutil.Process(pid).create_time() == started
-    except psutil.Error:
-        return False
-
-
-def reap(marker: str, temp_dir: str, grace_s: float = GRACE_S, seen: dict[int, float] | None = None) -> list[int]:
+def reap(marker: str, temp_dir: str, grace_s: float = GRACE_S, seen: dict[int, str] | None = None) -> list[int]:
     """SIGTERM, then SIGKILL, every process of the instance; remove its temp folder. Returns the PIDs.
 
     The set is collected before each wave and kept: once a parent dies its children are re-parented
@@ -166,7 +148,7 @@ def reap(marker: str, temp_dir: str, grace_s: float = GRACE_S, seen: dict[int, f
     seen = dict(seen or {})
     for sig, wait_s in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 2.0)):
         seen.update(instance_processes(marker))
-        left = [pid for pid, started in seen.items() if _same_process(pid, started)]
+        left = [pid for pid, start in seen.items() if same_process(pid, start)]
         for pid in left:
             try:
                 os.kill(pid, sig)

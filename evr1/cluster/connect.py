@@ -6,7 +6,7 @@ import os
 
 import ray
 
-from evr1.local_ray import start_local
+from evr1.cluster.local import start_local
 
 # Set before any ray.init: no usage reporting (no network here), no token auth prompt on a laptop.
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -26,7 +26,7 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = 2, object_s
             runtime_env["env_vars"].pop("HF_HUB_OFFLINE")
         ray.init(address=address, logging_level="WARNING", log_to_driver=True, runtime_env=runtime_env)
         return
-    # A local instance dies with this command, even after a kill -9 (evr1.local_ray's watchdog).
+    # A local instance dies with this command, even after a kill -9 (evr1.cluster.local's watchdog).
     start_local(
         num_cpus=num_cpus,
         include_dashboard=False,
