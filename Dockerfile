@@ -4,7 +4,7 @@
 # code the tests ran (transformers 5.19, the newest vLLM 0.32 allows). The Prefect flow process runs
 # elsewhere (Dockerfile.orchestration) and never imports vllm: vLLM and Prefect 3.8 disagree on fastapi.
 #   docker build -t evr1-gpu .
-#   docker run --rm --gpus all evr1-gpu python -m evr1.smoke          # imports, CUDA, model families
+#   docker run --rm --gpus all evr1-gpu python -m evr1.cli.smoke          # imports, CUDA, model families
 #   docker run --gpus all --shm-size=16g --network host evr1-gpu ray start --address=<head>:6379 --block
 # torch 2.13.0 from PyPI is built for CUDA 13.0: the base image's toolkit matches it (flash-attn
 # compiles against both); the host driver must support CUDA 13 (R580 or newer).
@@ -39,6 +39,6 @@ COPY tasks ./tasks
 COPY flows ./flows
 COPY conf ./conf
 # evr1 itself without its flow-side dependencies (prefect, the full mlflow): they are not used here.
-RUN pip install --no-deps -e . && python -m evr1.smoke --no-cuda
+RUN pip install --no-deps -e . && python -m evr1.cli.smoke --no-cuda
 
 CMD ["ray", "start", "--head", "--block"]

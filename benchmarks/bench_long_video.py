@@ -5,7 +5,7 @@ A random-init Qwen3-VL wider than the test models (`--hidden`, `--layers`; real 
 forward + backward of a token-mean log-prob loss, with gradient checkpointing unless
 `--no-checkpointing`. Per rank it reports the step time (best of `--repeats` after a warm-up), the
 peak bytes torch's allocator held during the step (torch.profiler allocation events,
-evr1/train/memory_probe.py), the process's peak RSS, and what `evr1.plan` predicts for that rank.
+evr1/train/memory_probe.py), the process's peak RSS, and what `evr1.train.plan` predicts for that rank.
 sp=2 also checks its log-probs against sp=1's. Each rank runs one thread (`--threads`), so sp=2 uses
 twice the cores: the time column shows the split's speed-up and its all-to-all cost together.
 
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from evr1.models import load_adapter, load_model, make_tiny  # noqa: E402
-from evr1.plan import STATIC, Setup, Tokens, arch_from_config, memory  # noqa: E402
+from evr1.train.plan import STATIC, Setup, Tokens, arch_from_config, memory  # noqa: E402
 from evr1.train.memory_probe import peak_allocated_bytes  # noqa: E402
 from evr1.train.sequence_parallel import sp_groups, sp_response_log_probs  # noqa: E402
 from evr1.video.clip import VideoClip  # noqa: E402

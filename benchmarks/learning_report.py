@@ -15,7 +15,7 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from evr1 import plots
+from evr1.tracking import plots
 
 STAGE_TAG = "evr1.stage"
 

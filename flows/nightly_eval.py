@@ -15,7 +15,7 @@ import sys
 from prefect import flow, get_run_logger
 
 from evr1.config import load_config
-from evr1.results import StageResult
+from evr1.pipeline.results import StageResult
 from tasks import stages
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from prefect import flow
 
 from evr1.config import load_config
-from evr1.results import StageResult
+from evr1.pipeline.results import StageResult
 from tasks import stages
 
 

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from prefect import flow, get_run_logger
 
 from evr1.config import load_config
-from evr1.results import StageResult
+from evr1.pipeline.results import StageResult
 from tasks import stages
 
 STAGES = ["ingest", "model", "cache", "train", "merge"]

@@ -23,11 +23,13 @@ from prefect.artifacts import (create_markdown_artifact, create_progress_artifac
                                update_progress_artifact)
 from prefect.cache_policies import TASK_SOURCE, CacheKeyFnPolicy
 
-from evr1 import lineage, pipeline, progress
+from evr1 import pipeline
+from evr1.pipeline import lineage
+from evr1.tracking import progress
 from evr1.cluster import logs as ray_logs
-from evr1 import summary as run_summary
+from evr1.pipeline import summary as run_summary
 from evr1.config import Config
-from evr1.results import StageResult
+from evr1.pipeline.results import StageResult
 
 
 def _key(stage: str):

@@ -87,7 +87,7 @@ def test_dockerfile_and_makefile_install_from_the_constraints():
 
 
 def test_the_smoke_check_passes_on_the_cpu_side():
-    from evr1.smoke import check
+    from evr1.cli.smoke import check
 
     found = check(cuda=False, vllm=False)
     assert found["transformers"] == pins()["transformers"] and "cramjam" in found

@@ -18,7 +18,7 @@ import pkgutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from evr1.eval.items import ItemError, normalise, unique_ids
 from evr1.eval.profiles import aggregate_for, prompt_for, scorer_for

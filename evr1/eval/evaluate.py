@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from evr1 import aio
+from evr1.eval import aio
 from evr1.cache import FrameReader
 from evr1.config import Config
 from evr1.engines import Engine, SamplingParams, make_engine

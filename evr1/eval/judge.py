@@ -43,7 +43,7 @@ from typing import Any
 from jinja2 import StrictUndefined, Template, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from evr1 import aio
+from evr1.eval import aio
 from evr1.engines import Engine, SamplingParams, make_engine
 from evr1.eval.prompting import question, strip_reasoning
 from evr1.eval.runner import run_items
@@ -268,7 +268,7 @@ def failure(store: ResultStore, rec: Mapping[str, Any], stage: str, err: BaseExc
 
 def judge_results(items: Sequence[Mapping[str, Any]], store: ResultStore, judge: Judge,
                   needs_judge: Callable[[Mapping[str, Any]], bool], *, concurrency: int = 2) -> JudgeCounts:
-    """Synchronous entry point of one pass (`evr1.aio.run` around `Judge.run`)."""
+    """Synchronous entry point of one pass (`evr1.eval.aio.run` around `Judge.run`)."""
     return aio.run(judge.run(items, store, needs_judge, concurrency=concurrency))
 
 

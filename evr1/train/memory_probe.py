@@ -3,8 +3,8 @@
 Why this and not RSS: RSS includes the Python heap, libraries and pages the allocator keeps after a
 free, so it moves by megabytes from run to run; the profiler records every allocation and free of
 torch's allocator with its size, so replaying them in time order gives the peak of live tensor bytes
-exactly, and the same for the same computation (run it on one thread). Used to check `evr1.plan`'s
-formulas (tests/test_plan.py) and by benchmarks/bench_long_video.py.
+exactly, and the same for the same computation (run it on one thread). Used to check `evr1.train.plan`'s
+formulas (tests/train/test_plan.py) and by benchmarks/bench_long_video.py.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from evr1.cli import app
+from evr1.cli.main import app
 from evr1.models import make_tiny
 from tests.synthetic_benchmark import videomme_on_synthetic
 

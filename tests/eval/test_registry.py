@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from evr1.cli import app
+from evr1.cli.main import app
 from evr1.eval import BENCHMARKS, PromptContext, get_benchmark, load_all
 
 # The list, by registry name (MLVU and MMVU each in two splits).

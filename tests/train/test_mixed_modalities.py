@@ -11,7 +11,7 @@ from evr1 import pipeline
 from evr1.config import load_config
 from evr1.data.ingest import read_samples
 from evr1.data.synth import make_synthetic
-from evr1.merge import merge_checkpoint
+from evr1.train.merge import merge_checkpoint
 from evr1.train.trainer import train
 
 ROOT = Path(__file__).resolve().parents[2]

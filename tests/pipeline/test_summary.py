@@ -2,7 +2,7 @@
 
 import pytest
 
-from evr1.summary import StageRow, mlflow_run_url, render, write
+from evr1.pipeline.summary import StageRow, mlflow_run_url, render, write
 
 
 def test_summary_lists_each_stage_with_status_duration_metrics_and_outputs(tmp_path):

@@ -1,7 +1,7 @@
 """Progress displays: sinks see every stage's bar, the training bar splits warm-up from GRPO steps and
 carries reward and step time, and nothing is drawn on a non-terminal stderr."""
 
-from evr1 import progress
+from evr1.tracking import progress
 
 
 class Recording:

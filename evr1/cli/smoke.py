@@ -1,4 +1,4 @@
-"""`python -m evr1.smoke`: does this environment run what evr1 puts on it? Imports, not a test suite.
+"""`python -m evr1.cli.smoke`: does this environment run what evr1 puts on it? Imports, not a test suite.
 
 Run in a freshly built image (the Dockerfiles do, at build time) or on a new GPU node: it imports the
 engines, the frame cache's codec (and round-trips a block through it), each model family's

@@ -7,9 +7,9 @@ import yaml
 from typer.testing import CliRunner
 from transformers import AutoModelForImageTextToText
 
-from evr1.cli import app
+from evr1.cli.main import app
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 
 

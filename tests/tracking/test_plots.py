@@ -2,7 +2,7 @@
 
 from PIL import Image
 
-from evr1.plots import benchmark_bars, training_curves
+from evr1.tracking.plots import benchmark_bars, training_curves
 
 
 def test_training_curves_and_benchmark_bars_are_valid_pngs(tmp_path):

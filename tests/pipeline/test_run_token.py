@@ -6,7 +6,7 @@ from pathlib import Path
 from evr1.config import load_config
 from evr1.pipeline import run_token
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_token_is_stable_and_changes_when_the_folder_is_rebuilt(tmp_path):

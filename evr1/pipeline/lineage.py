@@ -1,7 +1,8 @@
 """What each stage read and wrote, and with which code: stage-key code versions and MLflow lineage.
 
-- `code_version(stage)`: a hash of the source files the stage runs (its subpackages), part of the
-  stage's cache key, so editing the trainer re-runs training (and what follows) but not ingest.
+- `code_version(stage)`: a hash of the source files the stage runs (the import closure of its stage
+  function), part of the stage's cache key, so editing the trainer re-runs training (and what follows)
+  but not ingest.
 - `set_context(tags)`: tags an orchestrator adds to every stage run of this process (the Prefect
   tasks set the flow-run id and URL); `evr1` itself never imports the orchestrator.
 - `stage_tags(...)` and `log_lance_input(...)`: the lineage tags and `mlflow.data` datasets.
@@ -19,30 +20,46 @@ import evr1
 
 PACKAGE = Path(evr1.__file__).resolve().parent
 
-# The parts of the package each stage executes (besides the shared config, results and tracking).
-STAGE_CODE: dict[str, tuple[str, ...]] = {
-    "ingest": ("data", "rewards", "video"),
-    "model": ("models",),
-    "cache": ("cache", "video"),
-    "train": ("train", "rl", "rewards", "engines", "models", "cache", "prompts", "video"),
-    "merge": ("merge.py", "models"),
-    "eval": ("eval", "engines", "models", "cache", "prompts", "rewards", "video"),
+# The function that runs each stage: the code part of its cache key is the import closure of that
+# function's body (`evr1.pipeline.code`), so it follows the code instead of a hand-kept list.
+STAGE_FUNCTIONS: dict[str, str] = {
+    "ingest": "stage_ingest",
+    "model": "stage_model",
+    "cache": "stage_cache",
+    "train": "stage_train",
+    "merge": "stage_merge",
+    "eval": "stage_eval_suite",
+}
+STAGES_MODULE = "evr1.pipeline.stages"
+
+# What each stage's result depends on, besides its upstream results: config sections and input files.
+STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
+    "ingest": ("data", "reward"),
+    "model": ("model",),
+    "cache": ("cache",),
+    "train": ("run", "algorithm", "rollout", "reward", "trainer", "model", "cache"),
+    "merge": ("model", "tracking"),
+    "eval": ("eval", "rollout", "cache", "reward"),
 }
 
 _CONTEXT: dict[str, str] = {}
 
 
+def stage_files(stage: str) -> list[Path]:
+    """The source files stage `stage` runs: the import closure of its stage function."""
+    from evr1.pipeline.code import stage_files as closure_files
+
+    return closure_files(STAGES_MODULE, STAGE_FUNCTIONS[stage])
+
+
 @functools.lru_cache(maxsize=None)
 def code_version(stage: str | None = None) -> str:
     """A 16-hex hash of the `.py` files the stage runs (the whole package when `stage` is None)."""
-    parts = STAGE_CODE.get(stage, ("",)) if stage else ("",)
+    files = stage_files(stage) if stage in STAGE_FUNCTIONS else sorted(PACKAGE.rglob("*.py"))
     h = hashlib.sha256()
-    for part in parts:
-        root = PACKAGE / part
-        files = [root] if root.is_file() else sorted(root.rglob("*.py"))
-        for f in files:
-            h.update(str(f.relative_to(PACKAGE)).encode())
-            h.update(f.read_bytes())
+    for f in files:
+        h.update(str(f.relative_to(PACKAGE)).encode())
+        h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
 

@@ -1,176 +1,28 @@
 """The stages as plain functions: config in, `StageResult` out, every stage tracked as a nested MLflow run.
 
 `tasks/` wraps each in a Prefect task and `flows/` chains them, but nothing here knows about
-Prefect: `evr1 ingest|cache|train|merge|eval` call these functions directly.
+Prefect: `evr1 ingest|cache|train|merge|eval` call these functions directly. Each stage imports
+what it runs inside its body: `lineage.code_version` reads those imports to key the stage's cache
+by the code it runs, and a flow that only evaluates never loads the trainer.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
-import os
 import sys
 import tempfile
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from evr1 import lineage, progress
 from evr1.cache.store import STORE_FORMAT
-from evr1.config import Config, flat_params
-from evr1.results import StageResult
-from evr1.tracking import Tracker, default_tracking_uri
+from evr1.config import Config
+from evr1.pipeline import lineage
+from evr1.pipeline.keys import eval_dir, file_stats, short_hash, training_fingerprint
+from evr1.pipeline.results import StageResult
+from evr1.pipeline.runs import log_table_input, previous_train_run, remember_train_run, run_paths, tag_stage, tracker
+from evr1.tracking import Tracker, default_tracking_uri, progress
 
-PARENT_RUN_FILE = "mlflow_parent_runs.json"
-
-
-# -- run folder and tracking ----------------------------------------------------------------------
-
-def run_paths(cfg: Config) -> dict[str, Path]:
-    root = cfg.run_dir()
-    return {"root": root, "data": root / "data", "lance": root / "lance", "models": root / "models",
-            "checkpoints": root / "checkpoints", "merged": root / "merged", "eval": root / "eval"}
-
-
-def run_token(cfg: Config) -> str:
-    """A random id written once into the run folder: it changes when the folder is deleted and rebuilt.
-
-    Part of every stage's Prefect cache key, so a cached result can never point at a run folder
-    that no longer holds what the stage wrote.
-    """
-    root = run_paths(cfg)["root"]
-    marker = root / ".evr1-run-token"
-    if not marker.exists():
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = root / f".evr1-run-token.{uuid.uuid4().hex}"
-        tmp.write_text(uuid.uuid4().hex)
-        try:
-            os.link(tmp, marker)  # atomic create-if-absent: concurrent first calls agree on one token
-        except FileExistsError:
-            pass
-        finally:
-            tmp.unlink()
-    return marker.read_text().strip()
-
-
-_PROCESS_RUN_KEY = uuid.uuid4().hex
-_SWEPT: set[str] = set()
-TRAIN_RUN_FILE = "mlflow_train_run.json"
-
-
-def tracker(cfg: Config, run_key: str | None = None) -> Tracker:
-    """The tracker attached to this pipeline run's parent MLflow run.
-
-    One parent run per pipeline run: `run_key` is the Prefect flow-run id (a retry of the same
-    flow run keeps it, so its stages land under the same parent) or, outside Prefect, one key per
-    process. The run folder remembers key → parent run id.
-    """
-    t = cfg.tracking
-    if not t.enabled:
-        return Tracker.disabled()
-    root = run_paths(cfg)["root"]
-    uri = t.uri or default_tracking_uri(root)
-    tr = Tracker(uri, t.experiment, artifact_root=root / "mlartifacts")
-    if uri not in _SWEPT:  # runs a killed command left RUNNING are closed KILLED, once per process
-        _SWEPT.add(uri)
-        tr.close_dead_runs(root)
-    marker = root / PARENT_RUN_FILE
-    parents = json.loads(marker.read_text()) if marker.exists() else {}
-    key = f"{uri}|{run_key or _PROCESS_RUN_KEY}"
-    if key in parents:
-        tr.parent_run_id = parents[key]
-    else:
-        tr.start_parent(cfg.run.name, params=flat_params(cfg),
-                        tags={"evr1.run_dir": str(root), "evr1.config_fingerprint": cfg.fingerprint(),
-                              "evr1.git_commit": lineage.git_commit(), **lineage.context()})
-        _type_experiment(tr)
-        parents[key] = tr.parent_run_id
-        tmp = marker.with_suffix(f".{uuid.uuid4().hex}.tmp")
-        tmp.write_text(json.dumps(parents, indent=1))
-        os.replace(tmp, marker)
-    return tr
-
-
-def _type_experiment(tr: Tracker) -> None:
-    """Open the experiment as model training in the MLflow 3 UI (not the GenAI evaluations view)."""
-    exp = tr.client.get_experiment_by_name(tr.experiment)
-    if exp is not None and exp.tags.get("mlflow.experimentKind") != "custom_model_development":
-        tr.client.set_experiment_tag(exp.experiment_id, "mlflow.experimentKind", "custom_model_development")
-
-
-def _lineage(tr: Tracker, cfg: Config, stage: str, **io: object) -> None:
-    """Tag the open stage run with what it read and wrote (see `evr1.lineage.stage_tags`)."""
-    tr.set_tags(lineage.stage_tags(stage, cfg.fingerprint(*STAGE_SECTIONS[stage]), **io))
-
-
-def _input(tr: Tracker, uri: str, version: int | None, name: str, context: str) -> None:
-    """Log a Lance table as an `mlflow.data` input of the open stage run (only when tracking is on:
-    MLflow's fluent API would otherwise open a run of its own)."""
-    if tr.enabled and tr.stage_run_id is not None and uri and version is not None:
-        lineage.log_lance_input(uri, version, name, context)
-
-
-def _hash(*parts: object) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def _file_stats(*paths: str | Path) -> list:
-    """(name, size, mtime) of files and of the files directly in directories: a cheap change detector."""
-    out = []
-    for path in map(Path, paths):
-        files = sorted(path.iterdir()) if path.is_dir() else [path]
-        out.extend((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file())
-    return out
-
-
-# What each stage's result depends on, besides its upstream results: config sections and input files.
-STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
-    "ingest": ("data", "reward"),
-    "model": ("model",),
-    "cache": ("cache",),
-    "train": ("run", "algorithm", "rollout", "reward", "trainer", "model", "cache"),
-    "merge": ("model", "tracking"),
-    "eval": ("eval", "rollout", "cache", "reward"),
-}
-
-
-def stage_key(stage: str, cfg: Config, upstream: list[StageResult], extra: object = None) -> str:
-    """A cache key for a stage: its own config sections, its upstream results' content, its input files
-    (sizes and mtimes) and the run folder's token. Changing anything else does not re-run it."""
-    files: list = []
-    if stage == "ingest":
-        files = _file_stats(*cfg.data.train_files, *cfg.data.eval_files, *(r.partition(":")[0] for r in cfg.reward.families))
-        # The prompt-length check counts with the model's tokenizer and leaves room for the response.
-        files.append(("prompt_limit", cfg.model.path, cfg.fingerprint("model"), cfg.rollout.max_new_tokens))
-    elif stage == "model" and cfg.model.path and Path(cfg.model.path).exists():
-        files = _file_stats(cfg.model.path)
-    elif stage == "eval":  # an edited annotation file is a new evaluation
-        e = cfg.eval
-        files = _file_stats(*e.files.values(), *([e.annotations_dir] if e.annotations_dir else []))
-        if upstream and isinstance(extra, str):
-            # Items that failed last time (a timeout, an OOM) make the next flow run evaluate again, and
-            # retry just those, instead of serving the cached summary with its failures.
-            files.append(("failed", _failed_items(eval_dir(cfg, upstream[0], extra) / "results.jsonl")))
-        elif upstream and isinstance(extra, (list, tuple)):  # a suite: any benchmark's failures
-            files += [("failed", _failed_items(eval_dir(cfg, upstream[0], name) / "results.jsonl")) for name in extra]
-    ups = [(u.stage, u.uri, u.version, u.content_hash) for u in upstream]
-    return _hash(stage, cfg.fingerprint(*STAGE_SECTIONS[stage]), cfg.run_dir(), run_token(cfg), ups, files, extra,
-                 lineage.code_version(stage))
-
-
-def training_fingerprint(cfg: Config, samples: StageResult, frames: StageResult, model: StageResult) -> str:
-    """Names the checkpoint folder: what shapes the weights. Steps, saving and validation settings are
-    left out, so raising `trainer.steps` continues the same run instead of starting over."""
-    data = cfg.model_dump(mode="json")
-    trainer = {k: v for k, v in data["trainer"].items()
-               if k not in ("steps", "save_every", "keep_last", "resume", "val_every", "val_limit",
-                            "collective_timeout_s")}
-    sections = {k: data[k] for k in ("algorithm", "rollout", "reward", "model", "cache")}
-    return _hash(sections, trainer, cfg.run.seed, samples.content_hash, frames.content_hash, model.content_hash)
-
-
-# -- stages ---------------------------------------------------------------------------------------
 
 def stage_ingest(cfg: Config, *, run_key: str | None = None) -> StageResult:
     """Synthesise data if asked, then validate every record into Lance `samples` (+ `rejects`)."""
@@ -207,11 +59,11 @@ def stage_ingest(cfg: Config, *, run_key: str | None = None) -> StageResult:
                    **{f"accepted_{r_split}": r.accepted for r_split, r in zip(("train", "heldout"), reports)}}
         tr.log_metrics(metrics)
         tr.log_dict({"reports": [r.model_dump(mode="json") for r in reports]}, "ingest_report.json")
-        _lineage(tr, cfg, "ingest", in_files=",".join(map(str, train_files + eval_files))[:5000],
+        tag_stage(tr, cfg, "ingest", in_files=",".join(map(str, train_files + eval_files))[:5000],
                  out_samples_uri=samples_uri, out_samples_version=reports[-1].samples_version if reports else None,
                  out_rejects_uri=rejects_uri)
     return StageResult(stage="ingest", uri=samples_uri, version=reports[-1].samples_version,
-                       content_hash=_hash([r.content_hash for r in reports]), metrics=metrics,
+                       content_hash=short_hash([r.content_hash for r in reports]), metrics=metrics,
                        extra={"rejects_uri": rejects_uri, "data_root": root or ""})
 
 
@@ -220,13 +72,13 @@ def stage_model(cfg: Config, *, run_key: str | None = None) -> StageResult:
     from evr1.models import make_tiny
 
     if cfg.model.path:
-        return StageResult(stage="model", uri=cfg.model.path, content_hash=_hash(cfg.model.path, _file_stats(cfg.model.path)))
+        return StageResult(stage="model", uri=cfg.model.path, content_hash=short_hash(cfg.model.path, file_stats(cfg.model.path)))
     tiny = cfg.model.tiny
-    suffix = f"-{_hash(sorted(tiny.sizes.items()))[:8]}" if tiny.sizes else ""
+    suffix = f"-{short_hash(sorted(tiny.sizes.items()))[:8]}" if tiny.sizes else ""
     out = run_paths(cfg)["models"] / f"tiny-{tiny.family}-seed{tiny.seed}{suffix}"
     if not (out / "config.json").exists():
         make_tiny(tiny.family, out, seed=tiny.seed, **tiny.sizes)
-    return StageResult(stage="model", uri=str(out), content_hash=_hash(tiny.family, tiny.seed, *sorted(tiny.sizes.items())))
+    return StageResult(stage="model", uri=str(out), content_hash=short_hash(tiny.family, tiny.seed, *sorted(tiny.sizes.items())))
 
 
 def _media_items(samples: list[dict]) -> list[tuple[str, str, str]]:
@@ -253,16 +105,16 @@ def stage_cache(cfg: Config, samples: StageResult, model: StageResult, *, run_ke
                                 timeout_s=cfg.cache.timeout_s, rejects_uri=str(p["lance"] / "cache_rejects"),
                                 progress=progress.terminal())
         progress.track("cache", 1, "build", bar=False).close(1)  # the builder draws the terminal bar itself
-        _lineage(tr, cfg, "cache", in_samples_uri=samples.uri, in_samples_version=samples.version,
+        tag_stage(tr, cfg, "cache", in_samples_uri=samples.uri, in_samples_version=samples.version,
                  out_frames_uri=frames_uri, out_frames_version=rep.version)
-        _input(tr, samples.uri, samples.version, "samples", "cache")
+        log_table_input(tr, samples.uri, samples.version, "samples", "cache")
         metrics = {"requested": rep.requested, "unique": rep.unique, "hits": rep.hits, "decoded": rep.decoded,
                    "failed": rep.failed, "seconds": rep.seconds}
         tr.log_metrics(metrics)
         # Samples whose media cannot be decoded: training and eval leave them out (and say so)
         # instead of failing on them mid-run. The reasons are in the cache_rejects table.
         undecodable = sorted({r["record_id"] for r in rep.rejects})
-        content_hash = _hash(samples.content_hash, params.__dict__, undecodable)
+        content_hash = short_hash(samples.content_hash, params.__dict__, undecodable)
         excluded = p["lance"] / f"cache_undecodable-{content_hash}.json"  # immutable once written
         excluded.write_text(json.dumps(undecodable))
         if undecodable:
@@ -315,7 +167,7 @@ def stage_cache_benchmarks(cfg: Config, model: StageResult, benchmarks: list[str
         for key in totals:
             totals[key] += getattr(rep, key)
         version = rep.version if rep.version is not None else version
-    return StageResult(stage="cache", uri=uri, version=version, content_hash=_hash(uri, version, params.__dict__),
+    return StageResult(stage="cache", uri=uri, version=version, content_hash=short_hash(uri, version, params.__dict__),
                        metrics=totals)
 
 
@@ -343,8 +195,8 @@ def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: S
     tr = tracker(cfg, run_key)
     out_dir = p["checkpoints"] / fingerprint
     with tr.stage("train", params={"samples": len(rows), "excluded_undecodable": len(undecodable)},
-                  run_id=_train_run(out_dir, tr) if cfg.trainer.resume else None):
-        _remember_train_run(out_dir, tr)
+                  run_id=previous_train_run(out_dir, tr) if cfg.trainer.resume else None):
+        remember_train_run(out_dir, tr)
         done = tr.logged_steps()  # a continued run: what the killed command logged is not logged twice
         bars = progress.TrainingProgress(cfg.trainer.warmup_sft_steps, cfg.trainer.steps)
 
@@ -359,15 +211,15 @@ def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: S
             if on_table is not None:
                 on_table(name, table)
 
-        _input(tr, samples.uri, samples.version, "samples", "training")
-        _input(tr, frames.uri, frames.version, "frames", "training")
+        log_table_input(tr, samples.uri, samples.version, "samples", "training")
+        log_table_input(tr, frames.uri, frames.version, "frames", "training")
         try:
             result = train(cfg, samples=rows, frames_uri=frames.uri or None, model_dir=Path(model.uri),
                            out_dir=out_dir, val_samples=val_rows, log_metrics=log_metrics, log_table=log_table)
         finally:
             bars.close(ok=sys.exc_info()[0] is None)
         tr.log_dict({"history": result.history}, "train_history.json")
-        _lineage(tr, cfg, "train", in_samples_uri=samples.uri, in_samples_version=samples.version,
+        tag_stage(tr, cfg, "train", in_samples_uri=samples.uri, in_samples_version=samples.version,
                  in_frames_uri=frames.uri, in_frames_version=frames.version, in_model=model.uri,
                  out_checkpoint=result.checkpoint, out_step=result.steps)
         _plot_training(tr, result.history)
@@ -375,35 +227,14 @@ def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: S
     headline = {k: final[k] for k in ("reward/overall", "reward/accuracy", "reward/format", "actor/pg_loss",
                                        "actor/kl_loss", "actor/entropy") if k in final}
     return StageResult(stage="train", uri=str(result.checkpoint), version=result.steps,
-                       content_hash=_hash(fingerprint, result.steps), metrics=headline,
+                       content_hash=short_hash(fingerprint, result.steps), metrics=headline,
                        extra={"fingerprint": fingerprint})
-
-
-def _train_run(out_dir: Path, tr: Tracker) -> str | None:
-    """The MLflow run an earlier (killed, or shorter) training of this checkpoint folder logged to:
-    continuing it keeps one training one curve. None when there is none."""
-    marker = out_dir / TRAIN_RUN_FILE
-    if not tr.enabled or not marker.exists():
-        return None
-    return json.loads(marker.read_text()).get(tr.uri)
-
-
-def _remember_train_run(out_dir: Path, tr: Tracker) -> None:
-    if not tr.enabled or tr.stage_run_id is None:
-        return
-    marker = out_dir / TRAIN_RUN_FILE
-    known = json.loads(marker.read_text()) if marker.exists() else {}
-    if known.get(tr.uri) != tr.stage_run_id:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        tmp = marker.with_suffix(f".{uuid.uuid4().hex}.tmp")
-        tmp.write_text(json.dumps({**known, tr.uri: tr.stage_run_id}))
-        os.replace(tmp, marker)
 
 
 def stage_merge(cfg: Config, checkpoint: StageResult, model: StageResult, *,
                 run_key: str | None = None) -> StageResult:
     """Checkpoint → Hugging Face directory, verified against the trained logits, registered in MLflow."""
-    from evr1.merge import merge_checkpoint
+    from evr1.train.merge import merge_checkpoint
 
     out = run_paths(cfg)["merged"] / f"{checkpoint.extra.get('fingerprint', 'run')}-{Path(checkpoint.uri).name}"
     tr = tracker(cfg, run_key)
@@ -420,40 +251,12 @@ def stage_merge(cfg: Config, checkpoint: StageResult, model: StageResult, *,
                        f"merged to a Hugging Face directory (safetensors).")
         version = tr.register_model_dir(out, name, weights_sha256=res.weights_sha256,
                                         description=description) if name else None
-        _lineage(tr, cfg, "merge", in_checkpoint=checkpoint.uri, in_step=checkpoint.version,
+        tag_stage(tr, cfg, "merge", in_checkpoint=checkpoint.uri, in_step=checkpoint.version,
                  out_model_dir=out, out_model_uri=f"models:/{name}/{version}" if version else None,
                  out_registered_model=name or None, out_registered_version=version,
                  out_weights_sha256=res.weights_sha256)
     return StageResult(stage="merge", uri=str(out), version=int(version) if version else None,
                        content_hash=res.weights_sha256, metrics=metrics)
-
-
-def eval_dir(cfg: Config, model: StageResult, benchmark: str) -> Path:
-    """Where one benchmark's results for one model live: named by the weights evaluated and the eval
-    settings, never by a folder name that a differently trained model could reuse."""
-    from evr1.eval import get_benchmark
-
-    key = f"{model.content_hash or _hash(model.uri)}-{cfg.fingerprint('eval', 'cache')[:8]}"
-    return run_paths(cfg)["eval"] / key / get_benchmark(benchmark).name
-
-
-def _failed_items(results: Path) -> int:
-    """How many failure records a results file holds, old ones included (0 when there is no file).
-
-    Counting every failure ever appended (not only the newest per item) keeps the key moving forward:
-    after a retry succeeds the count stays where it was, so the retry's result is the one served
-    from the cache, never the earlier result that still had the failure.
-    """
-    if not results.is_file():
-        return 0
-    failed = 0
-    for line in results.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a torn last line: that item runs again anyway
-        failed += isinstance(rec, dict) and "error" in rec
-    return failed
 
 
 def stage_registered_model(cfg: Config, name: str | None = None) -> StageResult:
@@ -472,7 +275,7 @@ def stage_registered_model(cfg: Config, name: str | None = None) -> StageResult:
     # A registered version never changes, and a downloaded copy lands somewhere new each time: the
     # version itself names the weights (so a night without a new version reuses the results).
     return StageResult(stage="model", uri=str(model_dir), version=int(version),
-                       content_hash=_hash(uri, name, version), extra={"name": name})
+                       content_hash=short_hash(uri, name, version), extra={"name": name})
 
 
 def stage_eval(cfg: Config, model: StageResult, samples: StageResult, frames: StageResult,
@@ -519,10 +322,10 @@ def stage_eval_suite(cfg: Config, model: StageResult, samples: StageResult, fram
             summary = summaries[bench.name]
             with tr.stage(f"eval-{bench.name}") if len(benches) > 1 else contextlib.nullcontext():
                 tr.log_metrics(summary.metrics())
-                _lineage(tr, cfg, "eval", in_model=model.uri, in_model_version=model.version,
+                tag_stage(tr, cfg, "eval", in_model=model.uri, in_model_version=model.version,
                          in_frames_uri=frames_for(bench), out_results=out / bench.name)
                 if bench.extra.get("single_profile"):  # the held-out split of the run's own samples
-                    _input(tr, samples.uri, samples.version, "samples", "evaluation")
+                    log_table_input(tr, samples.uri, samples.version, "samples", "evaluation")
                 for name in ("table.md", "summary.json", "results.jsonl"):
                     tr.log_artifact(out / bench.name / name, "eval")
                 results.append(StageResult(stage="eval", uri=str(out / bench.name), content_hash=model.content_hash,
@@ -536,7 +339,7 @@ def _plot_training(tr: Tracker, history: list[dict]) -> None:
     """Training curves (reward, accuracy, KL, entropy, length vs step) as a PNG of the open stage run."""
     if not tr.enabled or not history:
         return
-    from evr1.plots import training_curves
+    from evr1.tracking.plots import training_curves
 
     out = Path(tempfile.mkdtemp(prefix="evr1-plots-")) / "training_curves.png"
     if training_curves(history, out):
@@ -547,7 +350,7 @@ def _plot_scores(tr: Tracker, scores: dict[str, float]) -> None:
     """Per-benchmark scores as bars, a PNG of the parent run (and of the newest eval stage run)."""
     if not tr.enabled or not scores or tr.parent_run_id is None:
         return
-    from evr1.plots import benchmark_bars
+    from evr1.tracking.plots import benchmark_bars
 
     out = Path(tempfile.mkdtemp(prefix="evr1-plots-")) / "benchmark_scores.png"
     benchmark_bars(scores, out)

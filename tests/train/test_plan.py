@@ -14,14 +14,14 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from evr1.cli import app
+from evr1.cli.main import app
 from evr1.config import load_config
 from evr1.models import load_adapter, load_model, make_tiny, response_log_probs
-from evr1.plan import STATIC, Setup, Tokens, arch_from_config, load_arch, memory, video_tokens
+from evr1.train.plan import STATIC, Setup, Tokens, arch_from_config, load_arch, memory, video_tokens
 from evr1.train.memory_probe import peak_allocated_bytes
 from tests.models.conftest import make_clip
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOLERANCE = 0.30
 SIZES = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, vision_hidden_size=64)
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 from evr1.config import load_config
 from evr1.pipeline import stage_key
-from evr1.results import StageResult
+from evr1.pipeline.results import StageResult
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _keys(tmp_path, *overrides):

@@ -6,7 +6,7 @@ import pytest
 
 from evr1.config import ConfigError, apply_overrides, flat_params, load_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "conf").glob("*.yaml")))

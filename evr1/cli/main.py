@@ -134,7 +134,7 @@ def plan(config: Path, overrides: Overrides = None,
          video_size: Annotated[str, typer.Option(help="source frame HEIGHTxWIDTH before the pixel budget")] = "720x1280",
          prompt_text_tokens: Annotated[int, typer.Option(help="text tokens of the question")] = 128) -> None:
     """Memory per GPU for the config's model, frames and pixel budget, with and without sequence parallelism."""
-    from evr1.plan import plan_for_config
+    from evr1.train.plan import plan_for_config
 
     cfg = _config(config, overrides)
     h, w = (int(x) for x in video_size.lower().split("x"))
@@ -158,7 +158,7 @@ def cache(config: Path, overrides: Overrides = None,
                                                             "(default: model.path or the tiny model)")] = None) -> None:
     """Build the Lance frame cache: the ingested samples, or the evaluation benchmarks' videos."""
     from evr1 import pipeline
-    from evr1.results import StageResult
+    from evr1.pipeline.results import StageResult
 
     cfg = _config(config, overrides)
     if benchmarks:
@@ -183,7 +183,7 @@ def train(config: Path, overrides: Overrides = None) -> None:
 @app.command()
 def merge(checkpoint: Path, out: Path, base_model: Annotated[Optional[Path], typer.Option()] = None) -> None:
     """Merge a sharded checkpoint into a Hugging Face model directory."""
-    from evr1.merge import merge_checkpoint
+    from evr1.train.merge import merge_checkpoint
 
     res = merge_checkpoint(checkpoint, out, base_model=base_model)
     console.print(f"merged {res.num_parameters} parameters into {res.model_dir} (sha {res.weights_sha256}, "
@@ -199,7 +199,7 @@ def eval_(config: Path, model_dir: Path, overrides: Overrides = None,
     from evr1.eval.reference import guess_model
     from evr1.eval.report import suite_table
     from evr1.eval.runner import EvalSummary
-    from evr1.results import StageResult
+    from evr1.pipeline.results import StageResult
 
     cfg = _config(config, overrides)
     names = benchmark or cfg.eval.benchmarks
@@ -259,7 +259,7 @@ def services_up(config: Path = typer.Argument(Path("conf/tiny.yaml"), help="whos
                 mlflow_port: Annotated[Optional[int], typer.Option(help="default: a free port")] = None,
                 deploy: Annotated[bool, typer.Option(help="register the deployments of prefect.yaml")] = True) -> None:
     """Start the Prefect server, a process worker on the `local` pool and the MLflow UI; print the URLs."""
-    from evr1 import services
+    from evr1.cli import services
     from evr1.tracking import default_tracking_uri
 
     cfg = _config(config, overrides)
@@ -274,7 +274,7 @@ def services_up(config: Path = typer.Argument(Path("conf/tiny.yaml"), help="whos
 @services_app.command("down")
 def services_down(state: StateDir = Path("runs/services")) -> None:
     """Stop exactly what `evr1 services up` started (and their children)."""
-    from evr1 import services
+    from evr1.cli import services
 
     stopped = services.down(state)
     console.print("\n".join(f"stopped {name} (pids {', '.join(map(str, pids))})" for name, pids in stopped.items())
@@ -284,7 +284,7 @@ def services_down(state: StateDir = Path("runs/services")) -> None:
 @services_app.command("status")
 def services_status(state: StateDir = Path("runs/services")) -> None:
     """Which services `up` started still run, with their URLs and logs."""
-    from evr1 import services
+    from evr1.cli import services
 
     found = services.status(state)
     for name, e in found.items():

@@ -1,10 +1,10 @@
-"""`evr1.aio.run` runs a coroutine from plain code and from inside a running event loop alike."""
+"""`evr1.eval.aio.run` runs a coroutine from plain code and from inside a running event loop alike."""
 
 import asyncio
 
 import pytest
 
-from evr1 import aio
+from evr1.eval import aio
 
 
 async def _double(x: int) -> int:

@@ -25,7 +25,7 @@ size, dtype and gradient checkpointing. Formulas (bytes; b = compute dtype bytes
 - the full-sequence input embeddings that each rank builds before slicing: b·h per token; with sp > 1
   also their gradient (b·h per token) and the all-to-all's copies (4 local b·h tensors).
 
-The formulas are checked against the allocator's measured peak on tiny models (tests/test_plan.py).
+The formulas are checked against the allocator's measured peak on tiny models (tests/train/test_plan.py).
 """
 
 from __future__ import annotations

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evr1.cli import _DEBUG, app
+from evr1.cli.main import _DEBUG, app
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_config(folder: Path, data: dict, **sections) -> Path:

@@ -7,7 +7,7 @@ from evr1 import pipeline, rewards
 from evr1.config import load_config
 from evr1.data.ingest import read_rejects, read_samples
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 PLUGIN = '''
 from evr1.rewards import FamilyResult, register

@@ -1,0 +1,176 @@
+"""The sections that configure `evr1.train`: `rollout`, `algorithm`, `reward` and `trainer`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+
+from evr1.config.base import Section
+
+
+class RolloutConfig(Section):
+    engine: Literal["hf", "vllm"] = "hf"
+    n: int = Field(4, ge=1)
+    max_new_tokens: int = Field(64, ge=1)
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=-1)  # 0 or -1 (EasyR1's spelling): no top-k
+    # Strings that end a response, kept in it (e.g. ["</answer>"]): the reward reads the answer tag,
+    # so text after it is unscored, and trained on it only adds noise to every step. Applies to
+    # training rollouts and validation. [] (the reference's behaviour): responses end at eos.
+    stop: list[str] = []
+    batch_size: int = Field(8, ge=1)
+    thinking: bool = False
+    # Prompt template: a .jinja path or None for the built-in per-family templates.
+    template: str | None = None
+
+
+class AlgorithmConfig(Section):
+    """Estimator, policy loss and KL (docs/rl.md has the formulas and an EasyR1/verl/TRL mapping).
+
+    A `None` leaves the loss's own default: PPO clips 0.2/0.3, GSPO 3e-4/4e-4, CISPO caps the
+    weight at 1 + 4.0 with no lower bound; the aggregation defaults per loss likewise.
+    """
+
+    adv_estimator: Literal["grpo", "rloo", "remax", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gdpo"] = "grpo"
+    std: Literal["sample", "population", "none"] = "sample"
+    gamma: float = Field(1.0, ge=0.0, le=1.0)
+    # GDPO normalises each of these reward components per group before summing them.
+    gdpo_reward_keys: list[str] = ["accuracy", "format"]
+    policy_loss: Literal["ppo", "gspo", "cispo", "sapo"] = "ppo"
+    clip_ratio_low: float | None = None
+    clip_ratio_high: float | None = None
+    clip_ratio_dual: float | None = 3.0
+    tau_positive: float | None = None
+    # Mixed offline-online: the share of samples with an offline trajectory whose n-th response is
+    # that trajectory (data.offline_key names the field). 0 turns the mode off.
+    offline_ratio: float = Field(0.0, ge=0.0, le=1.0)
+    tau_negative: float | None = None
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] | None = None
+    loss_scale_factor: float | None = None
+    use_kl_loss: bool = True
+    kl_loss_coef: float = Field(0.01, ge=0.0)
+    kl_penalty: Literal["k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl"] = "low_var_kl"
+    # KL in the reward (token rewards = score − β·KL(old, ref)), β fixed or adapted towards kl_target.
+    use_kl_in_reward: bool = False
+    kl_reward_penalty: Literal["k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl"] = "k1"
+    kl_coef: float = Field(0.001, ge=0.0)
+    kl_type: Literal["fixed", "adaptive"] = "fixed"
+    kl_target: float = Field(0.1, gt=0.0)
+    kl_horizon: float = Field(10000.0, gt=0.0)
+    entropy_coeff: float = 0.0
+    # The policy gradient on the top share of response tokens by entropy only, within each micro-batch
+    # (Wang et al. 2025, "Beyond the 80/20 rule"; 0.2 there); 1: every token. KL and entropy terms keep all.
+    top_entropy_ratio: float = Field(1.0, gt=0.0, le=1.0)
+    # DAPO dynamic sampling: drop groups that teach nothing and draw more prompts to refill the batch.
+    dynamic_sampling: bool = False
+    filter_rule: Literal["std", "mean_range"] = "std"
+    filter_key: str = "overall"
+    filter_low: float = 0.01
+    filter_high: float = 0.99
+    max_sample_batches: int = Field(4, ge=1)
+    # DAPO overlong shaping: 0 off; else responses within the last `buffer` tokens lose up to the factor.
+    overlong_buffer_len: int = Field(0, ge=0)
+    overlong_penalty_factor: float = Field(1.0, ge=0.0)
+
+    def loss_options(self) -> dict:
+        """The options that belong to the chosen policy loss (others would be rejected by evr1.rl)."""
+        keys = {"ppo": ("clip_ratio_low", "clip_ratio_high", "clip_ratio_dual"),
+                "gspo": ("clip_ratio_low", "clip_ratio_high"),
+                "cispo": ("clip_ratio_low", "clip_ratio_high"),
+                "sapo": ("tau_positive", "tau_negative")}[self.policy_loss]
+        out = {k: getattr(self, k) for k in keys if getattr(self, k) is not None or k == "clip_ratio_dual"}
+        if self.loss_agg_mode is not None:
+            out["loss_agg_mode"] = self.loss_agg_mode
+        if self.loss_scale_factor is not None:
+            out["loss_scale_factor"] = self.loss_scale_factor
+        return out
+
+    def estimator_options(self) -> dict:
+        return {"grpo": {"std": self.std}, "gdpo": {"std": self.std},
+                "reinforce_plus_plus": {"gamma": self.gamma}}.get(self.adv_estimator, {})
+
+
+class RewardConfig(Section):
+    accuracy_weight: float = Field(0.9, ge=0.0, le=1.0)
+    format_weight: float = Field(0.1, ge=0.0, le=1.0)
+    # User-defined task families: "path/to/file.py:function" references whose files `@register`
+    # their families (docs/rewards.md); loaded before ingestion, so their problem types are known.
+    families: list[str] = []
+    workers: int = Field(0, ge=0)
+    timeout_s: float = Field(10.0, gt=0.0)
+    # Code rewards run model-written programs under bubblewrap; without it they refuse, unless this
+    # is set (then the program runs in a plain subprocess: only for trusted data on a throwaway machine).
+    allow_unsandboxed_code: bool = False
+
+    @model_validator(mode="after")
+    def _weights(self) -> "RewardConfig":
+        if abs(self.accuracy_weight + self.format_weight - 1.0) > 1e-9:
+            raise ValueError(
+                f"reward: accuracy_weight + format_weight must be 1 (got {self.accuracy_weight} + {self.format_weight})"
+            )
+        return self
+
+
+class TrainerConfig(Section):
+    steps: int = Field(4, ge=1)
+    prompts_per_step: int = Field(2, ge=1)
+    micro_batch_size: int = Field(4, ge=1)
+    ppo_epochs: int = Field(1, ge=1)
+    # Responses per optimizer step over all ranks (EasyR1's global batch); None: one step per epoch.
+    mini_batch_size: int | None = Field(None, ge=1)
+    # How long a rank waits in a collective for a peer before failing (instead of hanging).
+    collective_timeout_s: float = Field(600.0, gt=0.0)
+    lr: float = Field(1e-5, gt=0.0)
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float = Field(1.0, gt=0.0)
+    lr_warmup_steps: int = Field(0, ge=0)
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0)
+    # Greedy validation on the held-out split every N steps (0: never), logged as val/* metrics.
+    val_every: int = Field(0, ge=0)
+    val_limit: int = Field(64, ge=1)
+    # FSDP2 ranks, one Ray actor each (gloo on CPU, NCCL on GPU).
+    world_size: int = Field(1, ge=1)
+    # Supervised steps on "<answer>{ground truth}</answer>" before RL: a cold start that teaches the
+    # answer format, so rewards vary from the first RL step. 0 (the default) skips it; a resumed run
+    # never repeats it.
+    warmup_sft_steps: int = Field(0, ge=0)
+    warmup_lr: float | None = Field(None, gt=0.0)  # None: trainer.lr
+    # What the warm-up puts in the tag (evr1/train/warmup.py): the ground truth, or an answer drawn
+    # uniformly from each item's valid answers, so the warm-up teaches the format and no answers.
+    warmup_answers: Literal["ground_truth", "answer_space"] = "ground_truth"
+    # The warm-up leaves the vision tower as it is (only the decoder learns the format).
+    warmup_keeps_vision: bool = True
+    # Prompts each worker reads and prepares ahead, in the background, while the current step runs
+    # (rollout: the next step's; policy ranks: the current step's, during generation). 0: none.
+    prefetch_prompts: int = Field(64, ge=0)
+    # Log-prob passes and the update run each prompt once with its n responses on top of its cached
+    # keys/values (equal to the unshared passes within float rounding). The update stays unshared
+    # under model.gradient_checkpointing, which drops that cache under grad. Groups form inside a
+    # micro-batch: micro_batch_size a multiple of rollout.n shares fully; 1 turns sharing off.
+    share_prompt_prefix: bool = True
+    # Passes over packed sequences with per-sequence positions (no padding), where the model family
+    # supports it (Qwen2-VL, Qwen2.5-VL, Qwen3-VL; Qwen3.5's linear-attention layers stay padded).
+    padding_free: bool = True
+    # Micro-batches cut by tokens (prompt + response) instead of micro_batch_size responses; every rank
+    # runs the same number of passes. None: micro_batch_size responses per micro-batch.
+    max_tokens_per_micro_batch: int | None = Field(None, ge=1)
+    # With model.freeze_vision_tower: each prompt's vision features are computed once per step and
+    # reused by the old, reference and update passes (the policy's and the reference's towers are
+    # then the same base weights). No effect on an unfrozen tower or under sequence parallelism.
+    reuse_vision_features: bool = True
+    # Ulysses sequence parallelism: each sequence's tokens split over this many ranks (heads
+    # exchanged with all-to-all in attention). Must divide world_size; 1: off.
+    sequence_parallel: int = Field(1, ge=1)
+    # A table of a few prompts with their responses, rewards and advantages every N steps
+    # (an MLflow table artifact; a Prefect table artifact when run by the flow). 0: never.
+    log_rollouts_every: int = Field(1, ge=0)
+    rollout_table_rows: int = Field(8, ge=1)
+    device: Literal["cpu", "cuda"] = "cpu"
+    save_every: int = Field(0, ge=0)
+    keep_last: int = Field(2, ge=1)
+    resume: bool = True
