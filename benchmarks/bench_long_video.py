@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from evr1.models import load_adapter, load_model, make_tiny  # noqa: E402
 from evr1.train.plan import STATIC, Setup, Tokens, arch_from_config, memory  # noqa: E402
 from evr1.train.memory_probe import peak_allocated_bytes  # noqa: E402
-from evr1.train.sequence_parallel import sp_groups, sp_response_log_probs  # noqa: E402
+from evr1.train.workers.sequence_parallel import sp_groups, sp_response_log_probs  # noqa: E402
 from evr1.video.clip import VideoClip  # noqa: E402
 from random_media import random_clip  # noqa: E402
 

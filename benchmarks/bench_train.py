@@ -52,8 +52,9 @@ from evr1 import pipeline  # noqa: E402
 from evr1.config import load_config  # noqa: E402
 from evr1.data.ingest import read_samples  # noqa: E402
 from evr1.models import load_adapter, make_tiny  # noqa: E402
-from evr1.train.policy_worker import PolicyWorker  # noqa: E402
-from evr1.train.trainer import _worker_options, train  # noqa: E402
+from evr1.train.workers.policy import PolicyWorker  # noqa: E402
+from evr1.train.actor_group import worker_options  # noqa: E402
+from evr1.train.trainer import train  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = {
@@ -94,7 +95,8 @@ def _mean(history: list[dict], key: str, skip_first: bool = True) -> float:
 def previous_path_message(model_dir: Path, cfg, rows: list[dict]) -> tuple[int, float]:
     """(pickled bytes, seconds) of one eagerly encoded prompt: what the driver used to build and send."""
     from evr1.cache import FrameReader
-    from evr1.train.prompt_prep import ReaderSpec, encode_row
+    from evr1.train.protocol import ReaderSpec
+    from evr1.train.workers.prompt_prep import encode_row
 
     adapter = load_adapter(model_dir)
     spec = ReaderSpec(None, cfg.cache.frame_params(adapter.family.factor), "decode-only", None, None, False)
@@ -108,7 +110,7 @@ def load_rss(model_dir: Path, cfg, *, meta: bool) -> list[float]:
     """Peak RSS (MB) of each rank right after building and sharding the policy (no reference model)."""
     import ray
 
-    options = {**_worker_options(cfg), "meta_init": meta, "needs_reference": False}
+    options = {**worker_options(cfg), "meta_init": meta, "needs_reference": False}
     actor = ray.remote(num_cpus=0)(PolicyWorker)
     ranks = [actor.remote(r, cfg.trainer.world_size, str(model_dir), options) for r in range(cfg.trainer.world_size)]
     try:

@@ -6,7 +6,7 @@ folder's config.json, or a built-in table of known checkpoints when the folder i
 machine), the frames and pixel budget of `cache`, and the trainer's world size, sequence-parallel
 size, dtype and gradient checkpointing. Formulas (bytes; b = compute dtype bytes; L tokens per rank):
 
-- parameters, gradients, Adam: float32 at rest, sharded by FSDP over the world (evr1/train/precision.py):
+- parameters, gradients, Adam: float32 at rest, sharded by FSDP over the world (evr1/train/workers/precision.py):
   4·N + 4·N + 8·N, divided by world_size; plus the gathered compute copies of about two decoder
   layers (the one running and the one prefetched), b bytes per parameter. A reference model (KL loss)
   adds its sharded weights.
@@ -21,7 +21,7 @@ size, dtype and gradient checkpointing. Formulas (bytes; b = compute dtype bytes
   copy, the tempered copy and the softmax for the entropy). The response is at the sequence's end, so
   one rank may hold all of it: min(response, sequence / sp) positions.
 - vision tower: per patch per block the same shape with its own widths, not divided by sp (every
-  rank of a group runs the whole tower, evr1/train/sequence_parallel.py); 0 saved when frozen.
+  rank of a group runs the whole tower, evr1/train/workers/sequence_parallel.py); 0 saved when frozen.
 - the full-sequence input embeddings that each rank builds before slicing: b·h per token; with sp > 1
   also their gradient (b·h per token) and the all-to-all's copies (4 local b·h tensors).
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from evr1.train.rollout import Rollout
+    from evr1.train.collect import Rollout
 
 log = logging.getLogger(__name__)
 

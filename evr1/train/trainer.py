@@ -23,19 +23,20 @@ from evr1.models.prompt_length import effective_limit, model_positions
 from evr1.data.ingest import reward_sample
 from evr1.models import load_adapter
 from evr1.train import checkpoint as ckpt_io
-from evr1.train.messages import MessageLog
 from evr1.models.packed import supports_packing
 from evr1.train import micro_batches
-from evr1.train.policy_worker import PolicyWorker, Shard, grouped_calls, shard_slices
-from evr1.train.prompt_prep import ReaderSpec, row_key
+from evr1.train.actor_group import ActorGroup
+from evr1.train.protocol import ReaderSpec, Shard, data_parallel, grouped_calls, make_shards, row_key, shard_slices
 from evr1.train.prompt_source import Cursor, PromptSource
 from evr1.cluster.connect import ensure_ray
-from evr1.train.rollout import FIELDS, Rollout, collect, draw_readable, sampling
+from evr1.train.collect import FIELDS, Rollout, collect, draw_readable, sampling
 from evr1.train.rollout_table import RolloutTables, TableSink
-from evr1.train.rollout_worker import RolloutWorker
 from evr1.train import offline, warmup
 from evr1.train.breakdown import accuracy_by_family
 from evr1.train.schedule import lr_at
+
+
+
 
 
 @dataclass
@@ -50,31 +51,6 @@ class TrainResult:
         return self.history[-1] if self.history else {}
 
 
-def _worker_options(cfg: Config) -> dict:
-    a, t = cfg.algorithm, cfg.trainer
-    return {
-        "device": t.device, "seed": cfg.run.seed, "dtype": cfg.model.dtype,
-        "attn_implementation": cfg.model.attn_implementation,
-        "gradient_checkpointing": cfg.model.gradient_checkpointing,
-        "use_kl_loss": a.use_kl_loss and a.kl_loss_coef > 0, "kl_loss_coef": a.kl_loss_coef,
-        "needs_reference": (a.use_kl_loss and a.kl_loss_coef > 0) or a.use_kl_in_reward,
-        "collective_timeout_s": t.collective_timeout_s,
-        "kl_penalty": a.kl_penalty, "entropy_coeff": a.entropy_coeff, "policy_loss": a.policy_loss,
-        "top_entropy_ratio": a.top_entropy_ratio,
-        "loss_agg_mode": a.loss_agg_mode or rl.POLICY_LOSSES[a.policy_loss].default_agg_mode,
-        "loss_scale_factor": a.loss_scale_factor or float(cfg.rollout.max_new_tokens),
-        "loss_options": {k: v for k, v in a.loss_options().items() if k not in ("loss_agg_mode", "loss_scale_factor")},
-        "betas": list(t.betas), "weight_decay": t.weight_decay, "grad_clip": t.grad_clip,
-        "lr": t.lr, "warmup_lr": t.warmup_lr or t.lr, "micro_batch_size": t.micro_batch_size,
-        "ppo_epochs": t.ppo_epochs, "prefetch_prompts": t.prefetch_prompts,
-        "warmup_keeps_vision": t.warmup_keeps_vision,
-        "padding_free": t.padding_free, "freeze_vision_tower": cfg.model.freeze_vision_tower,
-        "sequence_parallel": t.sequence_parallel, "reuse_vision_features": t.reuse_vision_features,
-        # Log-probs are taken at the sampling temperature, as the rollout drew them (greedy: 1).
-        "temperature": cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0,
-    }
-
-
 def _scorer(cfg: Config) -> Callable[[list[str], list[dict]], tuple[list[dict], dict]]:
     r = cfg.reward
     rewards.sandbox.allow_unsandboxed(r.allow_unsandboxed_code)  # code rewards refuse without isolation unless set
@@ -86,86 +62,6 @@ def _scorer(cfg: Config) -> Callable[[list[str], list[dict]], tuple[list[dict], 
                                      accuracy_weight=r.accuracy_weight, format_weight=r.format_weight)
         return out.scores, out.metrics
     return score
-
-
-class _Cluster:
-    """The actor group: `world_size` FSDP2 ranks plus one rollout worker.
-
-    Ranks are created first; rank 0 then names a free port on its own node for the rendezvous, so
-    the group also forms when Ray places rank 0 on a different node from the driver. Every call goes
-    through `messages`, which measures what the driver sends.
-    """
-
-    def __init__(self, cfg: Config, model_dir: Path, spec: ReaderSpec):
-        t = cfg.trainer
-        gpus = 1 if t.device == "cuda" else 0
-        Policy = ray.remote(num_cpus=0, num_gpus=gpus)(PolicyWorker)
-        Rollout = ray.remote(num_cpus=0, num_gpus=gpus)(RolloutWorker)
-        options = _worker_options(cfg)
-        self.messages = MessageLog()
-        self.sequence_parallel = t.sequence_parallel
-        self.ranks = [Policy.remote(r, t.world_size, str(model_dir), options, spec) for r in range(t.world_size)]
-        self.rollout = Rollout.remote(str(model_dir), cfg.rollout.engine,
-                                      {"batch_size": cfg.rollout.batch_size, "dtype": cfg.model.dtype,
-                                       "device": t.device, "prefetch_prompts": t.prefetch_prompts}, spec)
-        master = ray.get(self.ranks[0].endpoint.remote())
-        self.all("setup", master)
-
-    def all(self, method: str, *args) -> list:
-        return gather([self.messages.call(getattr(r, method), *args) for r in self.ranks], self)
-
-    def each(self, method: str, per_rank: list) -> list:
-        return gather([self.messages.call(getattr(r, method), *args) for r, args in zip(self.ranks, per_rank)], self)
-
-    def each_shard(self, method: str, shards: list[Shard], *args) -> list:
-        """`method(shard, *args)` on every rank, the ranks of a sequence-parallel group sharing one
-        shard (one per data-parallel index); one answer per shard, from the group's first rank."""
-        sp = len(self.ranks) // len(shards)
-        return self.each(method, [(shards[r // sp], *args) for r in range(len(self.ranks))])[::sp]
-
-    def announce(self, rows: list[dict], n: int) -> None:
-        """Tell each rank which prompts it will most likely train on (its equal share of the n·P
-        responses, as `_shards` cuts them), so it reads them during generation. Not waited for."""
-        sp = self.sequence_parallel
-        per = len(rows) * n // (len(self.ranks) // sp)
-        if not per:
-            return
-        for r, rank in enumerate(self.ranks):
-            k = r // sp  # the ranks of a sequence-parallel group read the same share
-            first, last = k * per // n, ((k + 1) * per - 1) // n
-            self.messages.call(rank.prefetch, rows[first:last + 1])
-
-    def sync_weights(self) -> None:
-        # Every rank takes part in gathering the full state dict; rank 0's result goes straight from
-        # its object store to the rollout worker, never through the driver.
-        refs = [r.full_state_dict.remote() for r in self.ranks]
-        gather([self.messages.call(self.rollout.set_weights, refs[0]), *refs[1:]], self)
-
-    def kill(self) -> None:
-        for actor in [*self.ranks, self.rollout]:
-            ray.kill(actor)
-
-    def shutdown(self) -> None:
-        try:
-            ray.get([r.shutdown.remote() for r in self.ranks], timeout=60)
-        except Exception:  # noqa: BLE001 - a dead rank must not stop the others from being killed
-            pass
-        self.kill()
-
-
-def gather(refs: list, cluster: _Cluster | None = None) -> list:
-    """`ray.get` that fails fast: the first task to raise kills the group, so the other ranks do not
-    sit in a collective waiting for a peer that will never come."""
-    pending = list(refs)
-    while pending:
-        done, pending = ray.wait(pending, num_returns=1)
-        try:
-            ray.get(done[0])
-        except Exception:
-            if cluster is not None:
-                cluster.kill()
-            raise
-    return ray.get(refs)
 
 
 def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir: Path, out_dir: Path,
@@ -195,7 +91,7 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
     history: list[dict] = state.get("history", [])
     kl_ctrl = _kl_controller(cfg, state.get("kl_coef"))
 
-    cluster = _Cluster(cfg, model_dir, spec)
+    cluster = ActorGroup(cfg, model_dir, spec)
     try:
         reference = out_dir / "warmup_reference"
         if resume_from:
@@ -247,7 +143,7 @@ def _kl_controller(cfg: Config, value: float | None):
     return rl.FixedKLController(start)
 
 
-def _one_step(cfg, cluster: _Cluster, source: PromptSource, adapter, score, step: int, kl_ctrl,
+def _one_step(cfg, cluster: ActorGroup, source: PromptSource, adapter, score, step: int, kl_ctrl,
               tables: RolloutTables | None = None) -> dict:
     t, a = cfg.trainer, cfg.algorithm
     t0 = time.perf_counter()
@@ -274,7 +170,7 @@ def _one_step(cfg, cluster: _Cluster, source: PromptSource, adapter, score, step
     mask = torch.zeros(len(lengths), max(lengths))
     for row, n in enumerate(lengths):
         mask[row, :n] = 1.0
-    shards = _shards(data_parallel(t), batch.rows, batch.responses, [[] for _ in lengths])
+    shards = make_shards(data_parallel(t), batch.rows, batch.responses, [[] for _ in lengths])
     metrics.update(_cut(cfg, shards, batch.prompt_tokens, _pass_mode(cfg, adapter, _sharing(t)), "log_probs"))
     if _sharing(t):  # each prompt run once under its n responses (evr1.models.shared_prefix)
         calls = grouped_calls(shards, t.micro_batch_size)
@@ -307,7 +203,7 @@ def _one_step(cfg, cluster: _Cluster, source: PromptSource, adapter, score, step
     t_adv = time.perf_counter()
 
     token_adv = [advantages[row, :n].tolist() for row, n in enumerate(lengths)]
-    shards = _shards(data_parallel(t), batch.rows, batch.responses, token_adv, old=old, ref=ref,
+    shards = make_shards(data_parallel(t), batch.rows, batch.responses, token_adv, old=old, ref=ref,
                      mini_batch_size=t.mini_batch_size)
     # HF's gradient checkpointing drops the prompt's cache under grad: that update stays unshared.
     update_shared = _sharing(t) and not cfg.model.gradient_checkpointing
@@ -345,7 +241,7 @@ def _one_step(cfg, cluster: _Cluster, source: PromptSource, adapter, score, step
     return metrics
 
 
-def _data_metrics(cluster: _Cluster, prompts: int, rank_waits: list[float]) -> dict[str, float]:
+def _data_metrics(cluster: ActorGroup, prompts: int, rank_waits: list[float]) -> dict[str, float]:
     """What the driver sent this step and how long the workers waited for frames (the slowest rank)."""
     sent = cluster.messages.take()
     rollout = ray.get(cluster.rollout.data_stats.remote())
@@ -355,11 +251,6 @@ def _data_metrics(cluster: _Cluster, prompts: int, rank_waits: list[float]) -> d
             "perf/rollout_peak_rss_mb": rollout["peak_rss_mb"],
             "data/rollout_cache_hits": rollout["data/cache_hits"], "data/rollout_cache_misses": rollout["data/cache_misses"],
             "perf/rollout_vision_passes": float(rollout["vision_passes"])}
-
-
-def data_parallel(t) -> int:
-    """Data-parallel shares per step: the ranks of a sequence-parallel group train on one share."""
-    return t.world_size // t.sequence_parallel
 
 
 def _pass_mode(cfg: Config, adapter, shared: bool) -> str:
@@ -428,7 +319,7 @@ def _reward_metrics(r: Rollout) -> dict[str, float]:
             **offline.metrics(r.offline, r.scores, r.responses, r.truncated)}  # apart, in mixed offline-online mode
 
 
-def validate(cfg: Config, cluster: _Cluster, samples: list[dict], adapter, score,
+def validate(cfg: Config, cluster: ActorGroup, samples: list[dict], adapter, score,
              tables: RolloutTables | None = None) -> dict[str, float]:
     """Greedy answers on (up to `val_limit`) held-out samples from the current rollout weights."""
     rows = samples[: cfg.trainer.val_limit]
@@ -449,30 +340,7 @@ def validate(cfg: Config, cluster: _Cluster, samples: list[dict], adapter, score
             **accuracy_by_family([s for s, _ in chosen], scores, "val/accuracy")}
 
 
-def _shards(world_size: int, rows: list[dict], responses: list[list[int]], advantages: list[list[float]], *,
-            old: list[list[float]] | None = None, ref: list[list[float]] | None = None,
-            mini_batch_size: int | None = None) -> list[Shard]:
-    """Equal contiguous shares, one per rank: FSDP2 needs every rank to run the same number of passes.
-
-    With `mini_batch_size` (responses per optimizer step over all ranks), each share is cut into
-    mini-batches and every mini-batch carries its own global token and sequence counts.
-    """
-    per = len(responses) // world_size
-    tokens = sum(len(r) for r in responses)
-    part = lambda rows, k: rows[k * per:(k + 1) * per] if rows is not None else None  # noqa: E731
-    mini = max(1, min(per, (mini_batch_size or len(responses)) // world_size))
-    minis = []
-    if mini < per:
-        for start in range(0, per, mini):
-            chosen = [responses[k * per + i] for k in range(world_size) for i in range(start, min(start + mini, per))]
-            minis.append((sum(len(r) for r in chosen), len(chosen)))
-    return [Shard(rows=part(rows, k), responses=part(responses, k), advantages=part(advantages, k),
-                  global_token_count=tokens, global_sequence_count=len(responses), old_log_probs=part(old, k),
-                  ref_log_probs=part(ref, k), mini_size=mini if minis else 0, mini_batches=minis)
-            for k in range(world_size)]
-
-
-def _warmup(cfg: Config, cluster: _Cluster, samples: list[dict], adapter, log_metrics) -> None:
+def _warmup(cfg: Config, cluster: ActorGroup, samples: list[dict], adapter, log_metrics) -> None:
     """Supervised cold start on the answer format (`trainer.warmup_answers` says what goes in the tag),
     from its own seeded order (the RL order is untouched)."""
     t, ro = cfg.trainer, cfg.rollout
@@ -486,12 +354,12 @@ def _warmup(cfg: Config, cluster: _Cluster, samples: list[dict], adapter, log_me
         batch = [s for s in drawn for _ in range(ro.n)]
         targets = [adapter.tokenizer.encode(warmup.target(s, t.warmup_answers, seed=cfg.run.seed, step=step, draw=i % ro.n),
                                             add_special_tokens=False) + eos for i, s in enumerate(batch)]
-        shards = _shards(data_parallel(t), batch, targets, [[] for _ in targets])
+        shards = make_shards(data_parallel(t), batch, targets, [[] for _ in targets])
         metrics = cluster.each_shard("sft_step", shards)
         log_metrics({k: float(np.mean([m[k] for m in metrics])) for k in metrics[0]}, step)
 
 
-def _save(cluster: _Cluster, out_dir: Path, step: int, source: PromptSource, history, cfg: Config, model_dir, *,
+def _save(cluster: ActorGroup, out_dir: Path, step: int, source: PromptSource, history, cfg: Config, model_dir, *,
           kl_coef: float | None) -> Path:
     """Shards and state into `step_N.tmp`, then one rename: a crash mid-save never leaves a folder
     that looks complete."""
@@ -507,7 +375,7 @@ def _save(cluster: _Cluster, out_dir: Path, step: int, source: PromptSource, his
     return final
 
 
-def _write_probe(cluster: _Cluster, samples: list[dict], adapter, ckpt: Path) -> None:
+def _write_probe(cluster: ActorGroup, samples: list[dict], adapter, ckpt: Path) -> None:
     """Logits of the final weights on a fixed input (the first readable sample), kept with the
     checkpoint so merge can verify itself. The FSDP2 ranks compute them from the trained weights
     themselves (any rollout engine, vLLM included, may hold another copy); rows go a few at a time."""

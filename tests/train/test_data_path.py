@@ -18,10 +18,13 @@ from evr1.data.ingest import read_samples
 from evr1.models import load_adapter
 from evr1.models.families import family_of
 from evr1.train.messages import MessageLog, holds_array
-from evr1.train.policy_worker import PolicyWorker, Shard
-from evr1.train.prompt_prep import PromptPrep, ReaderSpec
+from evr1.train.protocol import Shard
+from evr1.train.workers.policy import PolicyWorker
+from evr1.train.protocol import ReaderSpec
+from evr1.train.workers.prompt_prep import PromptPrep
 from evr1.cluster.connect import ensure_ray
-from evr1.train.trainer import _worker_options, train
+from evr1.train.actor_group import worker_options
+from evr1.train.trainer import train
 from tests.train.conftest import letter_density_data, letter_density_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,7 +107,7 @@ def _one_rank_worker(setup):
     spec = ReaderSpec(None, cfg.cache.frame_params(family_of(model_dir).factor), "decode-only",
                       str(cfg.data.data_root), None, False)
     ensure_ray(num_cpus=2)
-    worker = ray.remote(num_cpus=0)(PolicyWorker).remote(0, 1, str(model_dir), _worker_options(cfg), spec)
+    worker = ray.remote(num_cpus=0)(PolicyWorker).remote(0, 1, str(model_dir), worker_options(cfg), spec)
     try:
         ray.get(worker.setup.remote(ray.get(worker.endpoint.remote())))
         yield worker

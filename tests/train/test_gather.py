@@ -6,7 +6,7 @@ import pytest
 import ray
 
 from evr1.cluster.connect import ensure_ray
-from evr1.train.trainer import gather
+from evr1.train.actor_group import gather
 
 
 @ray.remote(num_cpus=0)

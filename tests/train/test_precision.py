@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from evr1.train.precision import precision
+from evr1.train.workers.precision import precision
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,8 +32,8 @@ SCRIPT = """
 import json, os, sys, torch, torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from evr1.models import load_model, make_tiny
-from evr1.train.policy_worker import shard_model
-from evr1.train.precision import precision
+from evr1.train.workers.sharded_load import shard_model
+from evr1.train.workers.precision import precision
 dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[2], rank=0, world_size=1)
 model = load_model(make_tiny("qwen2_5_vl", sys.argv[1], seed=0)).train()
 shard_model(model, init_device_mesh("cpu", (1,)), precision("bfloat16", "cuda").policy)  # the CUDA policy, on CPU

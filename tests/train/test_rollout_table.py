@@ -1,7 +1,7 @@
 """Rollout tables: which responses a reader sees (whole groups first), what each row says, and when
 the tables are handed on. The trainer's real run is in tests/train/test_offline.py."""
 
-from evr1.train.rollout import Rollout
+from evr1.train.collect import Rollout
 from evr1.train.rollout_table import RolloutTables, pick, rollout_rows, shorten
 
 

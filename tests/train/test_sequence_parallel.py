@@ -21,7 +21,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from evr1.models import load_adapter, load_model, make_tiny, response_log_probs
-from evr1.train.sequence_parallel import sp_groups, sp_response_log_probs
+from evr1.train.workers.sequence_parallel import sp_groups, sp_response_log_probs
 from tests.models.conftest import make_clip
 
 SP_FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]

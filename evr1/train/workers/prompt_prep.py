@@ -9,44 +9,20 @@ updates, so reading frames stays off the critical path.
 
 from __future__ import annotations
 
-import json
 import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 
 from evr1 import prompts
 from evr1.cache import CacheMiss, FrameReader
 from evr1.data.ingest import reward_sample
 from evr1.models.prompt_length import PromptTooLong
-from evr1.video.clip import FrameParams
+from evr1.train.protocol import ReaderSpec, row_key
 from evr1.video.errors import MediaDecodeError
 
 # What "this sample's media cannot be read here" looks like: skipped and counted, never a crash.
 # A prompt over `data.max_prompt_tokens` once its vision tokens are known is skipped the same way.
 READ_ERRORS = (MediaDecodeError, CacheMiss, OSError, PromptTooLong)
-
-
-@dataclass(frozen=True)
-class ReaderSpec:
-    """How a worker opens its own `FrameReader` and renders prompts: small, sent once at start."""
-
-    frames_uri: str | None
-    params: FrameParams
-    mode: str
-    data_root: str | None
-    template: str | None
-    thinking: bool
-    max_prompt_tokens: int | None = None  # text plus vision tokens; None: no limit
-
-    def reader(self) -> FrameReader:
-        return FrameReader(self.frames_uri, self.params, mode=self.mode, data_root=self.data_root)
-
-
-def row_key(row: dict) -> str:
-    """A sample's identity: its stable `sample_id`, else the row itself."""
-    sid = row.get("sample_id")
-    return str(sid) if sid is not None else json.dumps(row, sort_keys=True, default=str)
 
 
 def encode_row(row: dict, adapter, reader: FrameReader, spec: ReaderSpec, *, defer_media: bool = True):

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from transformers import AutoConfig, AutoModelForImageTextToText
 
 from evr1.models import load_model
@@ -59,3 +60,19 @@ def build_replicated(model_dir: str | Path, *, rank: int, dtype: torch.dtype, at
     prepare(model)
     shard(model)
     return model
+
+
+def shard_model(model: torch.nn.Module, mesh, policy: MixedPrecisionPolicy | None = None) -> None:
+    """Shard each language-model block (the classes HF marks as not to be split), then the root.
+
+    The vision tower stays in the root unit on purpose: the model calls it once for images and
+    once more for videos, so ranks whose micro-batches mix modalities differently would issue
+    different numbers of all-gathers if its blocks were units of their own (a collective
+    mismatch). In the root unit it is gathered once per forward, whatever the media.
+    """
+    block_names = {name for name in (getattr(model, "_no_split_modules", None) or []) if "Vision" not in name}
+    options = {"mesh": mesh, **({"mp_policy": policy} if policy is not None else {})}
+    for module in model.modules():
+        if type(module).__name__ in block_names:
+            fully_shard(module, **options)
+    fully_shard(model, **options)

@@ -1,6 +1,6 @@
 """One FSDP2 rank of the actor: the policy (sharded, trained with AdamW) and the frozen reference.
 
-A Ray actor wraps this class (`trainer.py`); every rank receives an equal share of the step's
+A Ray actor wraps this class (`actor_group.py`); every rank receives an equal share of the step's
 sequences and runs the same number of forward/backward passes, because FSDP2's all-gathers and
 reduce-scatters are collectives that every rank must enter together.
 """
@@ -10,9 +10,8 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import timedelta
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -26,7 +25,6 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from evr1 import rl
 from evr1.cluster.processes import peak_rss_mb
@@ -34,97 +32,11 @@ from evr1.models import encode_visual, grouped_response_log_probs, load_adapter,
 from evr1.models.packed import packed_response_log_probs, supports_packing
 from evr1.models.runtime import VisionPassCounter
 from evr1.models.shared_prefix import VisualFeatures
-from evr1.train.precision import precision
-from evr1.train.prompt_prep import READ_ERRORS, PromptPrep, ReaderSpec, row_key
-from evr1.train.sequence_parallel import sp_groups, sp_response_log_probs
-from evr1.train.sharded_load import build_replicated, build_sharded
-
-@dataclass
-class Shard:
-    """This rank's part of a step: sample rows, sampled responses and per-token values for each response.
-
-    `rows` are the samples' small rows (ids, text, media paths): the rank reads and encodes their
-    frames itself, so no frame or tensor travels through the driver.
-
-    `advantages`, `old_log_probs` and `ref_log_probs` hold one list per response (its valid tokens);
-    the log-probs come back from `log_probs()` and travel with the update so nothing is computed twice.
-    """
-
-    rows: list[dict]  # one sample row per response
-    responses: list[list[int]]
-    advantages: list[list[float]]
-    global_token_count: int
-    global_sequence_count: int
-    old_log_probs: list[list[float]] | None = None
-    ref_log_probs: list[list[float]] | None = None
-    # Responses per optimizer step on this rank, and each mini-batch's (tokens, sequences) summed
-    # over all ranks; 0 / empty: the whole shard is one mini-batch with the global counts above.
-    mini_size: int = 0
-    mini_batches: list[tuple[int, int]] = field(default_factory=list)
-    # Shared prompt prefix: grouped calls per micro-batch (the busiest rank's count, so every rank
-    # runs as many forwards) for the log-prob passes and for the update; empty: unshared passes.
-    log_prob_calls: list[int] = field(default_factory=list)
-    update_calls: list[int] = field(default_factory=list)
-    # Micro-batches cut by a token budget (`evr1.train.micro_batches`): per mini-batch, [start, stop)
-    # of each micro-batch, as many on every rank; empty: micro_batch_size responses each.
-    micro: list[list[tuple[int, int]]] = field(default_factory=list)
-
-
-def micro_slices(rows: int, micro: int, mini: int = 0) -> list[tuple[int, int]]:
-    """[start, stop) of each micro-batch, mini-batch by mini-batch (`mini` 0: one mini-batch)."""
-    size = mini or rows
-    return [(i, min(i + micro, end)) for start in range(0, rows, size) for end in [min(start + size, rows)]
-            for i in range(start, end, micro)]
-
-
-def shard_slices(shard: Shard, micro: int, mini: int = 0) -> list[list[tuple[int, int]]]:
-    """Per mini-batch, the [start, stop) of each micro-batch: the driver's token-budget cuts when it
-    made them, else `micro` responses each."""
-    if shard.micro:
-        return shard.micro
-    size = mini or len(shard.rows) or 1
-    out: list[list[tuple[int, int]]] = []
-    for a, b in micro_slices(len(shard.rows), micro, mini):
-        if a % size == 0:
-            out.append([])
-        out[-1].append((a, b))
-    return out
-
-
-def prompt_runs(keys: list[str]) -> list[tuple[int, int]]:
-    """[start, stop) of each run of equal consecutive keys: the responses of one prompt, side by side."""
-    runs: list[tuple[int, int]] = []
-    for i, key in enumerate(keys):
-        if runs and keys[runs[-1][0]] == key:
-            runs[-1] = (runs[-1][0], i + 1)
-        else:
-            runs.append((i, i + 1))
-    return runs
-
-
-def grouped_calls(shards: list[Shard], micro: int, mini: int = 0) -> list[int]:
-    """Per micro-batch, the most prompt groups any rank has in it: every rank makes that many calls."""
-    per_rank = [[len(prompt_runs([row_key(r) for r in s.rows[a:b]]))
-                 for cuts in shard_slices(s, micro, mini) for a, b in cuts]
-                for s in shards]
-    return [max(calls) for calls in zip(*per_rank)]
-
-
-def shard_model(model: torch.nn.Module, mesh, policy: MixedPrecisionPolicy | None = None) -> None:
-    """Shard each language-model block (the classes HF marks as not to be split), then the root.
-
-    The vision tower stays in the root unit on purpose: the model calls it once for images and
-    once more for videos, so ranks whose micro-batches mix modalities differently would issue
-    different numbers of all-gathers if its blocks were units of their own (a collective
-    mismatch). In the root unit it is gathered once per forward, whatever the media.
-    """
-    block_names = {name for name in (getattr(model, "_no_split_modules", None) or []) if "Vision" not in name}
-    options = {"mesh": mesh, **({"mp_policy": policy} if policy is not None else {})}
-    for module in model.modules():
-        if type(module).__name__ in block_names:
-            fully_shard(module, **options)
-    fully_shard(model, **options)
-
+from evr1.train.protocol import ReaderSpec, Shard, prompt_runs, row_key, shard_slices
+from evr1.train.workers.precision import precision
+from evr1.train.workers.prompt_prep import READ_ERRORS, PromptPrep
+from evr1.train.workers.sequence_parallel import sp_groups, sp_response_log_probs
+from evr1.train.workers.sharded_load import build_replicated, build_sharded, shard_model
 
 class PolicyWorker:
     """Created on its node first, then `setup()` with rank 0's address: the rendezvous lives where rank 0 runs."""

@@ -1,9 +1,9 @@
 """The pipeline's RL step on the learning task in one process, with the tokens it trains on as a flag.
 
-    .venv/bin/python benchmarks/learning_replica.py --kinds motion --steps 150 --every 25 --kl 0.1 --tokens deciding
-    .venv/bin/python benchmarks/learning_replica.py --steps 300 --kl 0.1 --tokens top-entropy:0.2
+    .venv/bin/python -m research.learning.replica --kinds motion --steps 150 --every 25 --kl 0.1 --tokens deciding
+    .venv/bin/python -m research.learning.replica --steps 300 --kl 0.1 --tokens top-entropy:0.2
 
-Where `benchmarks/learning_probe.py` samples and trains the one token that decides an answer, this
+Where `research/learning/probe.py` samples and trains the one token that decides an answer, this
 samples whole responses as the trainer does (the HF engine, stopped at `</answer>`), scores them with
 the real reward (0.9 accuracy + 0.1 format), takes GRPO advantages and a token-mean policy gradient
 (ratio 1: one update per batch), with an optional low-variance KL to the warmed-up model on every
@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from learning_probe import heldout_accuracy, language_params, load_task, response_log_probs, step, warm_up
+from research.learning.probe import heldout_accuracy, language_params, load_task, response_log_probs, step, warm_up
 from transformers import AutoModelForImageTextToText
 
 from evr1 import rewards, rl

@@ -19,7 +19,8 @@ from evr1.cluster.processes import peak_rss_mb
 from evr1.engines import SamplingParams, make_engine
 from evr1.models import load_adapter
 from evr1.models.runtime import VisionPassCounter
-from evr1.train.prompt_prep import READ_ERRORS, PromptPrep, ReaderSpec, row_key
+from evr1.train.protocol import ReaderSpec, row_key
+from evr1.train.workers.prompt_prep import READ_ERRORS, PromptPrep
 
 
 class RolloutWorker:

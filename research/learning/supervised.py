@@ -1,7 +1,7 @@
 """How fast the learning task's model can learn each family when told the answers (docs/learning.md).
 
-    .venv/bin/python benchmarks/learning_supervised.py --kinds colour,motion,flash_time,appears --steps 800
-    .venv/bin/python benchmarks/learning_supervised.py --kinds appears --steps 400
+    .venv/bin/python -m research.learning.supervised --kinds colour,motion,flash_time,appears --steps 800
+    .venv/bin/python -m research.learning.supervised --kinds appears --steps 400
 
 The ceiling for RL: supervised steps on the ground truth ("<answer>X</answer>", teacher-forced) with
 conf/learning.yaml's model, frames and prompt, in one process, the vision tower untouched (as the
@@ -29,7 +29,7 @@ from evr1.config import load_config
 from evr1.data import make_synthetic
 from evr1.models import load_adapter, make_tiny
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def main() -> None:

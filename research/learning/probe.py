@@ -1,8 +1,8 @@
 """The trainer's RL update outside the pipeline, on the learning task's families, in one process.
 
-    .venv/bin/python benchmarks/learning_probe.py                      # four families, ~1 min on 2 cores
-    .venv/bin/python benchmarks/learning_probe.py --train-tower        # the same, the vision tower trained too
-    .venv/bin/python benchmarks/learning_probe.py --kinds colour --prompts 8 --steps 300
+    .venv/bin/python -m research.learning.probe                      # four families, ~1 min on 2 cores
+    .venv/bin/python -m research.learning.probe --train-tower        # the same, the vision tower trained too
+    .venv/bin/python -m research.learning.probe --kinds colour --prompts 8 --steps 300
 
 conf/learning.yaml's random-weight Qwen2-VL, frames and prompt; its format warm-up (answers drawn
 uniformly, tower untouched); then GRPO-style REINFORCE steps of `--prompts` clips × `--group` draws
@@ -34,7 +34,7 @@ from evr1.config import load_config
 from evr1.data import make_synthetic
 from evr1.models import load_adapter, make_tiny
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 APPEARS_HEAD = '<answer>{"time": ['
 
 

@@ -1,13 +1,13 @@
 """Learning, shown: RL from chance to the target held-out accuracy, online and with offline trajectories.
 
-    .venv/bin/python benchmarks/bench_learning.py                 # both runs, then the plot (~1 h on 2 cores)
-    .venv/bin/python benchmarks/bench_learning.py --skip-runs     # re-read finished runs, redraw the plot
+    .venv/bin/python -m research.learning.run                 # both runs, then the plot (~1 h on 2 cores)
+    .venv/bin/python -m research.learning.run --skip-runs     # re-read finished runs, redraw the plot
 
 Runs `evr1 run conf/learning.yaml` twice through the real pipeline (ingest, frame cache, Ray, FSDP2
 on 2 ranks, merge, eval): plain GRPO, then the same with each sample's correct reasoning-and-answer
 trajectory as its n-th response (mixed offline-online). Then it checks the oracle on every generated
 item (answers read from the cached frames the model is shown), reads both runs back from MLflow
-(benchmarks/learning_report.py), draws docs/learning.png and prints one JSON line:
+(research/learning/report.py), draws docs/learning.png and prints one JSON line:
 heldout_accuracy_before_rl, heldout_accuracy(_by_family), steps_to_80, steps_to_80_offline,
 train_wall_s, … This is a benchmark, not a CI test (tests/train/test_learning_video.py is the short one).
 """
@@ -24,10 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import learning_report  # noqa: E402
+from research.learning import report as learning_report
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf" / "learning.yaml"
 RUNS = {  # label → extra overrides of conf/learning.yaml
     "online": [],
@@ -39,11 +38,11 @@ def run(label: str, root: Path, overrides: list[str]) -> Path:
     name = f"learning-{label}"
     cmd = [str(ROOT / ".venv" / "bin" / "evr1"), "run", str(CONF), f"run.root={root}", f"run.name={name}",
            "trainer.resume=false", *overrides]
-    print(f"[bench_learning] {' '.join(cmd)}", file=sys.stderr, flush=True)
+    print(f"[research.learning.run] {' '.join(cmd)}", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     with open(root / f"{name}.log", "w") as log:
         subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True, env={**os.environ})
-    print(f"[bench_learning] {label}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    print(f"[research.learning.run] {label}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     return root / name
 
 

@@ -1,9 +1,9 @@
 """Read a learning run back from MLflow and plot held-out accuracy against step (docs/learning.md).
 
-    .venv/bin/python benchmarks/learning_report.py runs/learning runs/learning-offline --out docs/learning.png
+    .venv/bin/python -m research.learning.report runs/learning runs/learning-offline --out docs/learning.png
 
 Each argument is a run folder (`run.root/run.name`) whose `mlflow.db` holds an `evr1 run`; the newest
-`train` stage run is read. Prints, per run, the validation curve and the figures bench_learning.py
+`train` stage run is read. Prints, per run, the validation curve and the figures research.learning.run
 reports (accuracy before RL, steps and seconds to the target).
 """
 
@@ -64,7 +64,7 @@ def train_wall_s(run_dir: Path) -> float:
 
 
 def summary(run_dir: Path, target: float = 0.8) -> dict:
-    """The figures one run contributes to bench_learning.py's line."""
+    """The figures one run contributes to research.learning.run's line."""
     curves = validation(run_dir)
     overall = curves["val/accuracy"]
     reached = first_reaching(overall, target)

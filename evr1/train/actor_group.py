@@ -1,0 +1,126 @@
+"""The actor group: the driver's handle on the Ray actors that do the work (slime's `ray/actor_group.py`).
+
+`world_size` FSDP2 policy ranks plus one rollout worker today; every call from the driver to them
+goes through `ActorGroup` and its `MessageLog`, which measures what the driver sends. The placement
+of the rollout side (one engine per rank, weight hand-over in place) is what the rollout-scale work
+changes next; the loop in `trainer.py` only calls `all`, `each_shard`, `announce` and `sync_weights`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ray
+
+from evr1 import rl
+from evr1.config import Config
+from evr1.train.messages import MessageLog
+from evr1.train.protocol import ReaderSpec, Shard
+from evr1.train.workers.policy import PolicyWorker
+from evr1.train.workers.rollout import RolloutWorker
+
+
+def worker_options(cfg: Config) -> dict:
+    """The settings every policy rank is built with, read once from the config."""
+    a, t = cfg.algorithm, cfg.trainer
+    return {
+        "device": t.device, "seed": cfg.run.seed, "dtype": cfg.model.dtype,
+        "attn_implementation": cfg.model.attn_implementation,
+        "gradient_checkpointing": cfg.model.gradient_checkpointing,
+        "use_kl_loss": a.use_kl_loss and a.kl_loss_coef > 0, "kl_loss_coef": a.kl_loss_coef,
+        "needs_reference": (a.use_kl_loss and a.kl_loss_coef > 0) or a.use_kl_in_reward,
+        "collective_timeout_s": t.collective_timeout_s,
+        "kl_penalty": a.kl_penalty, "entropy_coeff": a.entropy_coeff, "policy_loss": a.policy_loss,
+        "top_entropy_ratio": a.top_entropy_ratio,
+        "loss_agg_mode": a.loss_agg_mode or rl.POLICY_LOSSES[a.policy_loss].default_agg_mode,
+        "loss_scale_factor": a.loss_scale_factor or float(cfg.rollout.max_new_tokens),
+        "loss_options": {k: v for k, v in a.loss_options().items() if k not in ("loss_agg_mode", "loss_scale_factor")},
+        "betas": list(t.betas), "weight_decay": t.weight_decay, "grad_clip": t.grad_clip,
+        "lr": t.lr, "warmup_lr": t.warmup_lr or t.lr, "micro_batch_size": t.micro_batch_size,
+        "ppo_epochs": t.ppo_epochs, "prefetch_prompts": t.prefetch_prompts,
+        "warmup_keeps_vision": t.warmup_keeps_vision,
+        "padding_free": t.padding_free, "freeze_vision_tower": cfg.model.freeze_vision_tower,
+        "sequence_parallel": t.sequence_parallel, "reuse_vision_features": t.reuse_vision_features,
+        # Log-probs are taken at the sampling temperature, as the rollout drew them (greedy: 1).
+        "temperature": cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0,
+    }
+
+
+class ActorGroup:
+    """The actor group: `world_size` FSDP2 ranks plus one rollout worker.
+
+    Ranks are created first; rank 0 then names a free port on its own node for the rendezvous, so
+    the group also forms when Ray places rank 0 on a different node from the driver. Every call goes
+    through `messages`, which measures what the driver sends.
+    """
+
+    def __init__(self, cfg: Config, model_dir: Path, spec: ReaderSpec):
+        t = cfg.trainer
+        gpus = 1 if t.device == "cuda" else 0
+        Policy = ray.remote(num_cpus=0, num_gpus=gpus)(PolicyWorker)
+        Rollout = ray.remote(num_cpus=0, num_gpus=gpus)(RolloutWorker)
+        options = worker_options(cfg)
+        self.messages = MessageLog()
+        self.sequence_parallel = t.sequence_parallel
+        self.ranks = [Policy.remote(r, t.world_size, str(model_dir), options, spec) for r in range(t.world_size)]
+        self.rollout = Rollout.remote(str(model_dir), cfg.rollout.engine,
+                                      {"batch_size": cfg.rollout.batch_size, "dtype": cfg.model.dtype,
+                                       "device": t.device, "prefetch_prompts": t.prefetch_prompts}, spec)
+        master = ray.get(self.ranks[0].endpoint.remote())
+        self.all("setup", master)
+
+    def all(self, method: str, *args) -> list:
+        return gather([self.messages.call(getattr(r, method), *args) for r in self.ranks], self)
+
+    def each(self, method: str, per_rank: list) -> list:
+        return gather([self.messages.call(getattr(r, method), *args) for r, args in zip(self.ranks, per_rank)], self)
+
+    def each_shard(self, method: str, shards: list[Shard], *args) -> list:
+        """`method(shard, *args)` on every rank, the ranks of a sequence-parallel group sharing one
+        shard (one per data-parallel index); one answer per shard, from the group's first rank."""
+        sp = len(self.ranks) // len(shards)
+        return self.each(method, [(shards[r // sp], *args) for r in range(len(self.ranks))])[::sp]
+
+    def announce(self, rows: list[dict], n: int) -> None:
+        """Tell each rank which prompts it will most likely train on (its equal share of the n·P
+        responses, as `protocol.make_shards` cuts them), so it reads them during generation. Not waited for."""
+        sp = self.sequence_parallel
+        per = len(rows) * n // (len(self.ranks) // sp)
+        if not per:
+            return
+        for r, rank in enumerate(self.ranks):
+            k = r // sp  # the ranks of a sequence-parallel group read the same share
+            first, last = k * per // n, ((k + 1) * per - 1) // n
+            self.messages.call(rank.prefetch, rows[first:last + 1])
+
+    def sync_weights(self) -> None:
+        # Every rank takes part in gathering the full state dict; rank 0's result goes straight from
+        # its object store to the rollout worker, never through the driver.
+        refs = [r.full_state_dict.remote() for r in self.ranks]
+        gather([self.messages.call(self.rollout.set_weights, refs[0]), *refs[1:]], self)
+
+    def kill(self) -> None:
+        for actor in [*self.ranks, self.rollout]:
+            ray.kill(actor)
+
+    def shutdown(self) -> None:
+        try:
+            ray.get([r.shutdown.remote() for r in self.ranks], timeout=60)
+        except Exception:  # noqa: BLE001 - a dead rank must not stop the others from being killed
+            pass
+        self.kill()
+
+
+def gather(refs: list, cluster: ActorGroup | None = None) -> list:
+    """`ray.get` that fails fast: the first task to raise kills the group, so the other ranks do not
+    sit in a collective waiting for a peer that will never come."""
+    pending = list(refs)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        try:
+            ray.get(done[0])
+        except Exception:
+            if cluster is not None:
+                cluster.kill()
+            raise
+    return ray.get(refs)
