@@ -48,7 +48,7 @@ from evr1.engines import Engine, SamplingParams, make_engine
 from evr1.eval.prompting import question, strip_reasoning
 from evr1.eval.runner import run_items
 from evr1.eval.store import ResultStore
-from evr1.models.adapter import PromptInputs
+from evr1.models.batch import PromptInputs
 
 # EasyVideoR1's judge prompt (spec §5.5), as a template over `question`, `ground_truth`, `answer`.
 DEFAULT_TEMPLATE = (

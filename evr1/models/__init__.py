@@ -1,6 +1,7 @@
 """evr1.models: Qwen-VL family adapters, prompt/media encoding, response log-probs, tiny checkpoints."""
 
-from evr1.models.adapter import ModelBatch, PromptInputs, VisionLanguageAdapter, load_adapter
+from evr1.models.adapter import VisionLanguageAdapter, load_adapter
+from evr1.models.batch import ModelBatch, PromptInputs
 from evr1.models.families import FAMILIES, Family, family_of
 from evr1.models.runtime import load_model, response_log_probs
 from evr1.models.shared_prefix import (

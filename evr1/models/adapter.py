@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -19,10 +18,10 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer
 
-from evr1.models.prompt_length import check_prompt_tokens, refuse_by_size
+from evr1.models.batch import MEDIA_KEYS, ModelBatch, PromptInputs, VisionSettings, prepare_media  # noqa: F401 (re-exported)
 from evr1.models.families import Family, family_of
+from evr1.models.prompt_length import check_prompt_tokens, refuse_by_size
 from evr1.models.vision import (
-    as_tensor,
     format_timestamp,
     frame_group_timestamps,
     normalize_image,
@@ -40,146 +39,6 @@ TEXT, IMAGE, VIDEO = 0, 1, 2  # mm_token_type_ids values the models expect
 # HF Qwen2VLImageProcessor class defaults, used only when a checkpoint's config omits the budget.
 DEFAULT_IMAGE_MIN_PIXELS = 56 * 56
 DEFAULT_IMAGE_MAX_PIXELS = 28 * 28 * 1280
-MEDIA_KEYS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "second_per_grid_ts")
-
-
-@dataclass(frozen=True)
-class VisionSettings:
-    """Geometry and normalisation read from one processor config file (image or video)."""
-
-    patch_size: int
-    merge_size: int
-    temporal_patch_size: int
-    mean: tuple[float, ...]
-    std: tuple[float, ...]
-    min_pixels: int | None
-    max_pixels: int | None
-
-    @property
-    def factor(self) -> int:
-        return self.patch_size * self.merge_size
-
-
-@dataclass
-class PromptInputs:
-    """One tokenized prompt with its preprocessed media.
-
-    `videos` / `images` keep the (resized) raw media for engines that run their own processor
-    (vLLM); the model itself only needs `input_ids`, `mm_token_type_ids` and `mm`.
-
-    `deferred`: `mm` holds only the grids; the float patches are made from the uint8 media by
-    `ModelBatch.to(device, dtype)`, on the device the model runs on (the trainer's path).
-    """
-
-    input_ids: list[int]
-    mm_token_type_ids: list[int]
-    mm: dict[str, torch.Tensor]
-    text: str
-    videos: tuple[VideoClip, ...] = ()
-    images: tuple[np.ndarray, ...] = ()
-    deferred: bool = False
-
-    def __len__(self) -> int:
-        return len(self.input_ids)
-
-
-@dataclass
-class ModelBatch:
-    """Left-padded prompts followed by right-padded responses, ready for `model(**batch.model_inputs())`."""
-
-    input_ids: torch.Tensor  # [B, Lp + Lr]
-    attention_mask: torch.Tensor  # [B, Lp + Lr]
-    mm_token_type_ids: torch.Tensor  # [B, Lp + Lr], zeros over responses
-    mm: dict[str, torch.Tensor]
-    response_mask: torch.Tensor  # [B, Lr], 1 on real response tokens
-    prompt_length: int  # Lp, the padded prompt width
-    # uint8 media of deferred prompts, in prompt order, prepared into `mm` by `to()`.
-    pending_images: tuple[np.ndarray, ...] = ()
-    pending_videos: tuple[np.ndarray, ...] = ()
-    settings: tuple[VisionSettings, VisionSettings] | None = None  # (image, video)
-    # Precomputed vision features (`shared_prefix.VisualFeatures`) standing in for the pixels: the
-    # model scatters them at the placeholders instead of running its vision tower (`with_visual`).
-    visual: Any = None
-
-    @property
-    def response_ids(self) -> torch.Tensor:
-        return self.input_ids[:, self.prompt_length :]
-
-    def model_inputs(self) -> dict[str, Any]:
-        if self.pending_images or self.pending_videos:
-            raise ValueError("ModelBatch: media are still uint8 frames; call .to(device, dtype) to prepare them")
-        mm: dict[str, Any] = dict(self.mm)
-        if self.visual is not None and self.visual.outputs:
-            mm["mm_encoder_outputs"] = dict(self.visual.outputs)
-        return {
-            "input_ids": self.input_ids,
-            "attention_mask": self.attention_mask,
-            "mm_token_type_ids": self.mm_token_type_ids,
-            **mm,
-        }
-
-    def with_visual(self, visual: Any) -> ModelBatch:
-        """This batch with its media replaced by precomputed features (one entry per image / video, in
-        batch order); the pixels, prepared or pending, are dropped and never made."""
-        mm = {k: v for k, v in self.mm.items() if k not in ("pixel_values", "pixel_values_videos")}
-        return replace(self, mm=mm, pending_images=(), pending_videos=(), visual=visual)
-
-    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> ModelBatch:
-        """Move every tensor; `dtype` applies to the pixel tensors only (e.g. bf16 models).
-
-        Pending uint8 media go to `device` as uint8 and are normalised and patchified there
-        (`prepare_media`): float32 gives the processors' exact values, other dtypes their rounding.
-        """
-
-        def move(key: str, t: torch.Tensor) -> torch.Tensor:
-            if dtype is not None and key.startswith("pixel_values"):
-                return t.to(device=device, dtype=dtype)
-            return t.to(device)
-
-        mm = {k: move(k, v) for k, v in self.mm.items()}
-        if self.pending_images or self.pending_videos:
-            mm.update(prepare_media(self.pending_images, self.pending_videos, self.settings, device, dtype))
-        return replace(
-            self,
-            input_ids=self.input_ids.to(device),
-            attention_mask=self.attention_mask.to(device),
-            mm_token_type_ids=self.mm_token_type_ids.to(device),
-            mm=mm,
-            response_mask=self.response_mask.to(device),
-            pending_images=(),
-            pending_videos=(),
-            visual=self.visual.to(device) if self.visual is not None else None,
-        )
-
-
-def _patches(x: torch.Tensor, s: VisionSettings, dtype: torch.dtype | None) -> torch.Tensor:
-    # The cast commutes with patchify (a copy in another order), so it comes first: half the bytes to move.
-    x = x.to(dtype) if dtype is not None else x
-    return patchify(x, patch_size=s.patch_size, merge_size=s.merge_size, temporal_patch_size=s.temporal_patch_size)[0]
-
-
-def prepare_media(
-    images: Sequence[np.ndarray],
-    videos: Sequence[np.ndarray],
-    settings: tuple[VisionSettings, VisionSettings] | None,
-    device: torch.device | str,
-    dtype: torch.dtype | None = None,
-) -> dict[str, torch.Tensor]:
-    """uint8 media → `pixel_values` / `pixel_values_videos` on `device`, normalised in float32 and then
-    cast to `dtype`: identical to the CPU processors' values in float32, their bf16 rounding otherwise."""
-    if settings is None:
-        raise ValueError("prepare_media: the batch has pending media but no vision settings")
-    image_s, video_s = settings
-    out: dict[str, torch.Tensor] = {}
-    if images:
-        out["pixel_values"] = torch.cat([
-            _patches(normalize_image(as_tensor(i).to(device), image_s.mean, image_s.std),
-                     image_s, dtype) for i in images])
-    if videos:
-        out["pixel_values_videos"] = torch.cat([
-            _patches(normalize_video(as_tensor(v).to(device), video_s.mean, video_s.std),
-                     video_s, dtype) for v in videos])
-    return out
 
 
 def _grid(t: int, h: int, w: int, s: VisionSettings) -> tuple[int, int, int]:

@@ -37,7 +37,8 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from evr1.models.adapter import ModelBatch, PromptInputs, VisionLanguageAdapter
+from evr1.models.adapter import VisionLanguageAdapter
+from evr1.models.batch import ModelBatch, PromptInputs
 from evr1.models.runtime import check_temperature, token_log_probs
 
 PIXEL_KEYS = ("pixel_values", "pixel_values_videos")

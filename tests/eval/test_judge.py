@@ -20,7 +20,7 @@ from evr1.eval.judge import (DEFAULT_TEMPLATE, ChatPrompter, Judge, JudgeError, 
                              load_template, parse_verdict, run_judge)
 from evr1.eval.runner import summarise
 from evr1.models import make_tiny
-from evr1.models.adapter import PromptInputs
+from evr1.models.batch import PromptInputs
 from evr1.models.tiny import make_tiny_text
 
 

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 from transformers import PreTrainedModel
 
-from evr1.models.adapter import ModelBatch
+from evr1.models.batch import ModelBatch
 from evr1.models.runtime import check_temperature, response_log_probs, token_log_probs
 from evr1.models.ulysses import UlyssesState, enable_ulysses
 
