@@ -82,22 +82,50 @@ def _main(debug: Annotated[bool, typer.Option("--debug", help="show the full tra
 Overrides = Annotated[Optional[list[str]], typer.Argument(help="overrides: section.key=value")]
 
 
-def _config(path: Path, overrides: list[str] | None):
-    from evr1.config import ConfigError, load_config
+# What each command reads outside its config, checked before it starts work (`evr1.config.preflight`).
+ALL = None
+RUN_ONLY: tuple[str, ...] = ()
+USES: dict[str, tuple[str, ...] | None] = {
+    "run": ALL,
+    "ingest": ("data", "model", "reward"),
+    "cache": ("data", "model", "orchestration"),
+    "train": ("data", "model", "reward", "orchestration", "tracking"),
+    "eval": ("eval", "reward", "orchestration", "tracking"),
+    "plan": ("model",),
+}
+
+
+def _config(path: Path, overrides: list[str] | None, uses: tuple[str, ...] | None = RUN_ONLY):
+    """The validated config, and with `uses` the paths and services it names checked too: every
+    problem one line (key, value, what was expected), exit 2, before any work starts."""
+    from evr1.config import ConfigError, load_config, preflight
 
     try:
-        return load_config(path, overrides or [])
+        cfg = load_config(path, overrides or [])
     except ConfigError as e:
         if _DEBUG["on"]:
             raise
         print(f"evr1: config error: {error_line(e)}", file=sys.stderr)
         raise typer.Exit(2) from None
+    _refuse(path, preflight(cfg, uses) if uses != RUN_ONLY else [])
+    return cfg
+
+
+def _refuse(path: Path, problems: list[str]) -> None:
+    if problems and _DEBUG["on"]:
+        from evr1.config import ConfigError
+
+        raise ConfigError("\n".join(f"{path}: {line}" for line in problems))
+    for line in problems:
+        print(f"evr1: config error: {path}: {line}", file=sys.stderr)
+    if problems:
+        raise typer.Exit(2)
 
 
 @app.command()
 def run(config: Path = typer.Argument(Path("conf/tiny.yaml")), overrides: Overrides = None) -> None:
     """Run the whole train-and-eval DAG as a Prefect flow."""
-    cfg = _config(config, overrides)
+    cfg = _config(config, overrides, USES["run"])
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
     from flows.train_and_eval import train_and_eval
@@ -136,7 +164,7 @@ def plan(config: Path, overrides: Overrides = None,
     """Memory per GPU for the config's model, frames and pixel budget, with and without sequence parallelism."""
     from evr1.train.plan import plan_for_config
 
-    cfg = _config(config, overrides)
+    cfg = _config(config, overrides, USES["plan"])
     h, w = (int(x) for x in video_size.lower().split("x"))
     print(plan_for_config(cfg, gpu_gib=gpu_memory_gib, world_size=world_size, source_hw=(h, w),
                           prompt_text=prompt_text_tokens))
@@ -147,7 +175,7 @@ def ingest(config: Path, overrides: Overrides = None) -> None:
     """Validate the configured dataset into Lance samples + rejects."""
     from evr1.pipeline import stage_ingest
 
-    console.print(stage_ingest(_config(config, overrides)).summary())
+    console.print(stage_ingest(_config(config, overrides, USES["ingest"])).summary())
 
 
 @app.command()
@@ -160,7 +188,7 @@ def cache(config: Path, overrides: Overrides = None,
     from evr1 import pipeline
     from evr1.pipeline.results import StageResult
 
-    cfg = _config(config, overrides)
+    cfg = _config(config, overrides, USES["cache"])
     if benchmarks:
         model = StageResult(stage="model", uri=str(model_dir)) if model_dir else pipeline.stage_model(cfg)
         console.print(pipeline.stage_cache_benchmarks(cfg, model).summary())
@@ -174,7 +202,7 @@ def train(config: Path, overrides: Overrides = None) -> None:
     """Ingest, cache and train (resuming from the run folder's latest checkpoint)."""
     from evr1 import pipeline
 
-    cfg = _config(config, overrides)
+    cfg = _config(config, overrides, USES["train"])
     samples, base = pipeline.stage_ingest(cfg), pipeline.stage_model(cfg)
     frames = pipeline.stage_cache(cfg, samples, base)
     console.print(pipeline.stage_train(cfg, samples, frames, base).summary())
@@ -201,9 +229,14 @@ def eval_(config: Path, model_dir: Path, overrides: Overrides = None,
     from evr1.eval.runner import EvalSummary
     from evr1.pipeline.results import StageResult
 
-    cfg = _config(config, overrides)
+    from evr1.config import preflight
+    from evr1.config.preflight import model_folder_problem
+
+    cfg = _config(config, overrides, USES["eval"])
     names = benchmark or cfg.eval.benchmarks
     needs_data = "heldout" in names
+    _refuse(config, [p for p in [model_folder_problem("MODEL_DIR", str(model_dir))] if p]
+            + (preflight(cfg, ("data",)) if needs_data else []))
     samples = pipeline.stage_ingest(cfg) if needs_data else StageResult(stage="ingest", uri="")
     model = StageResult(stage="model", uri=str(model_dir))
     frames = pipeline.stage_cache(cfg, samples, model) if needs_data else StageResult(stage="cache", uri="")

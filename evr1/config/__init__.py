@@ -10,6 +10,7 @@ from evr1.config.data import CacheConfig, DataConfig, SynthConfig
 from evr1.config.eval import EvalConfig, JudgeConfig
 from evr1.config.load import apply_overrides, config_from_dict, flat_params, load_config, parse_override
 from evr1.config.model import ModelConfig, TinyModelConfig
+from evr1.config.preflight import preflight
 from evr1.config.root import Config, OrchestrationConfig, RunConfig, TrackingConfig
 from evr1.config.train import AlgorithmConfig, RewardConfig, RolloutConfig, TrainerConfig
 
@@ -17,5 +18,5 @@ __all__ = [
     "AlgorithmConfig", "CacheConfig", "Config", "ConfigError", "DataConfig", "EvalConfig", "JudgeConfig",
     "ModelConfig", "OrchestrationConfig", "RewardConfig", "RolloutConfig", "RunConfig", "Section", "SynthConfig",
     "TinyModelConfig", "TrackingConfig", "TrainerConfig", "apply_overrides", "config_from_dict", "flat_params",
-    "load_config", "parse_override", "refuse_hub_id",
+    "load_config", "parse_override", "preflight", "refuse_hub_id",
 ]

@@ -6,7 +6,6 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-
 from evr1.config.base import Section
 
 

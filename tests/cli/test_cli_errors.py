@@ -47,23 +47,25 @@ def record(**fields) -> str:
 def test_data_errors_are_one_line_naming_the_file(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # relative data paths are read against the config's folder, not here
     conf = tmp_path / "conf"
+    # A file that is not there, or not a file, is refused before ingest starts (exit 2, config error);
+    # what ingest finds inside a file ends it with exit 1.
     cases = {
-        "missing.jsonl": "missing.jsonl does not exist",
-        "notes.csv": "unsupported extension '.csv'",
-        "fifo.jsonl": "fifo.jsonl is not a regular file",
-        "empty.jsonl": "no records in",
-        "bad.jsonl": "all 1 records",
+        "missing.jsonl": (2, "data.train_files[0]={conf}/missing.jsonl: no such file or folder"),
+        "notes.csv": (1, "unsupported extension '.csv'"),
+        "fifo.jsonl": (2, "data.train_files[0]={conf}/fifo.jsonl: expected a file or a folder, found a special file"),
+        "empty.jsonl": (1, "no records in"),
+        "bad.jsonl": (1, "all 1 records"),
     }
     conf.mkdir()
     (conf / "notes.csv").write_text("a\n")
     os.mkfifo(conf / "fifo.jsonl")
     (conf / "empty.jsonl").write_text("\n")
     (conf / "bad.jsonl").write_bytes(b'{"problem": "caf\xe9"}\n')
-    for name, words in cases.items():
+    for name, (want, words) in cases.items():
         path = write_config(conf, {"train_files": [name]})
         code, err = evr1(capsys, "ingest", str(path))
-        assert code == 1 and err.count("\n") == 1, err
-        assert words in err and str(conf) in err, err
+        assert code == want and err.count("\n") == 1, err
+        assert words.format(conf=conf) in err and str(conf) in err, err
 
 
 def test_relative_data_paths_follow_the_config_file(tmp_path, capsys, monkeypatch):
@@ -90,5 +92,5 @@ def test_config_errors_are_one_line(tmp_path, capsys):
 
 def test_debug_shows_the_traceback(tmp_path, capsys):
     path = write_config(tmp_path, {"train_files": ["missing.jsonl"]})
-    with pytest.raises(ValueError, match="missing.jsonl does not exist"):
+    with pytest.raises(ValueError, match="missing.jsonl: no such file or folder"):
         app(["--debug", "ingest", str(path)], prog_name="evr1")
