@@ -31,8 +31,13 @@ from evr1.rewards.registry import (
     register,
     resolve,
 )
-from evr1.rewards.sandbox import SandboxUnavailable
-from evr1.rewards.score import compute_score
+from evr1.rewards.sandbox import (
+    SandboxUnavailable,
+    TestForm,
+    UnjudgeableTests,
+    classify_tests,
+)
+from evr1.rewards.score import RewardWarning, compute_score
 from evr1.rewards.timeouts import DEFAULT_TIMEOUT, ItemTimeout, RewardHelperError
 from evr1.rewards.weights import RewardWeights, check_weights
 
@@ -43,9 +48,13 @@ __all__ = [
     "FamilyResult",
     "ItemTimeout",
     "RewardHelperError",
+    "RewardWarning",
     "RewardWeights",
     "SandboxUnavailable",
+    "TestForm",
+    "UnjudgeableTests",
     "check_weights",
+    "classify_tests",
     "compute_score",
     "compute_scores",
     "families",

@@ -7,7 +7,8 @@ module the called function lives in.
 
 Protocol: pickled messages over the child's stdin (requests) and a private duplicate of its
 stdout (replies); fd 1 itself is pointed at stderr, so a library that prints cannot corrupt the
-channel. The child exits when its stdin closes (its parent died or stopped it).
+channel. The child exits when its stdin closes (its parent died or stopped it). With the argument `pool` it
+is a batch pool worker (`batch.serve_pool`), else the time-limit helper (`timeouts.serve`).
 """
 
 from __future__ import annotations
@@ -16,14 +17,19 @@ import os
 import sys
 from multiprocessing.connection import Connection
 
-from evr1.rewards.timeouts import serve
-
 
 def main() -> None:
     replies = Connection(os.dup(1), readable=False)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    serve(Connection(0, writable=False), replies)
+    if sys.argv[1:] == ["pool"]:  # a batch pool worker (evr1.rewards.batch)
+        from evr1.rewards.batch import serve_pool
+
+        serve_pool(Connection(0, writable=False), replies)
+    else:  # the time-limit helper (evr1.rewards.timeouts)
+        from evr1.rewards.timeouts import serve
+
+        serve(Connection(0, writable=False), replies)
 
 
 if __name__ == "__main__":

@@ -2,29 +2,46 @@
 
 Timed-out items score 0 and are counted in the metrics, as are errors and unknown problem types.
 In the pool, each item runs under an alarm in its worker (Python-level runaways stop there), and
-each worker publishes which item it is on and since when; an item stuck past its limit in C code
-(where no alarm reaches) gets its pool killed, is scored 0 as timed out, and the unfinished items
-run again in a fresh pool; a dying worker likewise (see `_run_pool`). Workers are spawned, never
-forked (the caller may hold CUDA or Ray state), and load the plugin files and modules that
-registered families outside evr1.
+the parent knows which item each worker is on and since when (a worker answers its chunk's items
+in order); an item stuck past its limit in C code (where no alarm reaches) gets its worker
+killed and replaced, is scored 0 as timed out, and the rest of that chunk runs again; a dying
+worker likewise (see `_run_pool`). Workers are fresh interpreters (`python -m
+evr1.rewards._worker pool`), never forks (the caller may hold CUDA or Ray state) and never
+multiprocessing children (which re-import the caller's main module); they load the plugin files
+and modules that registered families outside evr1. Families defined in the caller's main module
+score in the caller.
 """
 
 from __future__ import annotations
 
 import atexit
 import importlib
-import multiprocessing as mp
+import os
+import pickle
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from evr1.rewards.registry import families, family_for, load_reward_function, plugin_files
+from evr1.rewards.registry import (
+    families,
+    family_for,
+    load_reward_function,
+    plugin_files,
+)
 from evr1.rewards.score import ItemInfo, score_item
-from evr1.rewards.timeouts import DEFAULT_TIMEOUT, ItemTimeout, guarded, time_limit
+from evr1.rewards.timeouts import (
+    DEFAULT_TIMEOUT,
+    ItemTimeout,
+    RewardHelperError,
+    check_timeout,
+    guarded,
+    time_limit,
+)
 from evr1.rewards.weights import RewardWeights, check_weights
 
 _GRACE = 2.0  # seconds past the limit before a worker is declared stuck in C code
@@ -70,24 +87,41 @@ def _score_guarded(item: Item, weights: RewardWeights, timeout: float | None) ->
 
 
 # ---- pool workers -------------------------------------------------------------------------
+#
+# Each worker is `python -m evr1.rewards._worker pool`: a clean interpreter that imports evr1 and
+# the modules and plugin files that registered families, never the caller's main module, so the
+# pool works from a script without a main guard, from `python -` and from a notebook. The parent
+# sends chunks of pickled items; the worker answers one outcome per item, in order, so the parent
+# always knows which item each worker is on and since when.
 
-_slot = -1
-_started: Any = None  # shared doubles: monotonic start time of each worker's current item, 0 when idle
-_current: Any = None  # shared ints: index of each worker's current item
 
-
-def _init_worker(started: Any, current: Any, counter: Any, plugins: list[str], modules: list[str]) -> None:
-    global _slot, _started, _current
-    with counter.get_lock():
-        _slot = counter.value
-        counter.value += 1
-    _started, _current = started, current
+def serve_pool(requests: Connection, replies: Connection) -> None:
+    """Worker loop: ("init", plugins, modules) once, then ("chunk", blobs, weights, timeout)."""
+    _, plugins, modules = requests.recv()
     import evr1.rewards  # noqa: F401  (registers the built-in families)
 
     for module in modules:
         importlib.import_module(module)
     for path in plugins:
         _load_plugin(path)
+    replies.send(("ready",))
+    while True:
+        try:
+            _, blobs, weights, timeout = requests.recv()
+        except EOFError:
+            return
+        with guarded():
+            for blob in blobs:
+                try:
+                    item = pickle.loads(blob)
+                except Exception as exc:  # e.g. a sample class this interpreter cannot import
+                    replies.send(("item", None, f"item could not be loaded in the worker: {exc!r}"))
+                    continue
+                try:
+                    replies.send(("item", _score_guarded(item, weights, timeout), None))
+                except RewardHelperError as exc:  # scoring cannot work here: the caller raises
+                    replies.send(("fatal", exc))
+                    return
 
 
 def _load_plugin(path: str) -> None:
@@ -97,57 +131,95 @@ def _load_plugin(path: str) -> None:
         pass  # the file has no `main`: loading it has registered its families, which is what we need
 
 
-def _score_chunk(items: list[Item], weights: RewardWeights, timeout: float | None) -> list[Outcome]:
-    out = []
-    with guarded():
-        for item in items:
-            _current[_slot] = item[0]
-            _started[_slot] = time.monotonic()
-            try:
-                out.append(_score_guarded(item, weights, timeout))
-            finally:
-                _started[_slot] = 0.0
-    return out
+class _Worker:
+    """One worker process, the chunk it is working through, and when its current item started."""
+
+    def __init__(self, plugins: list[str], modules: list[str]) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "evr1.rewards._worker", "pool"],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)
+        except OSError as exc:
+            raise RewardHelperError(f"reward worker could not start ({sys.executable} -m evr1.rewards._worker): "
+                                    f"{exc}") from exc
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.send = Connection(os.dup(self.proc.stdin.fileno()), readable=False)
+        self.conn = Connection(os.dup(self.proc.stdout.fileno()), writable=False)
+        self.proc.stdin.close()
+        self.proc.stdout.close()
+        self.send.send(("init", plugins, modules))
+        self.ready = False
+        self.queue: list[Item] = []
+        self.since = 0.0
+
+    def wait_ready(self) -> None:
+        try:
+            self.ready = bool(self.conn.poll(120)) and self.conn.recv()[0] == "ready"
+        except (EOFError, OSError):
+            self.ready = False
+        if not self.ready:
+            status = self.kill()
+            raise RewardHelperError(f"reward worker ({sys.executable} -m evr1.rewards._worker pool) did not start "
+                                    f"within 120 s (exit status {status}); see its stderr above")
+
+    def submit(self, chunk: list[tuple[Item, bytes]], weights: RewardWeights, timeout: float | None) -> None:
+        self.queue = [item for item, _ in chunk]
+        self.since = time.monotonic()
+        self.send.send(("chunk", [blob for _, blob in chunk], weights, timeout))
+
+    def kill(self) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        status = self.proc.wait()
+        for conn in (self.send, self.conn):
+            conn.close()
+        return status
+
+    def stop(self) -> None:
+        self.send.close()  # the worker exits when its requests close
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.conn.close()
 
 
 class _Pool:
-    """A spawned process pool plus the shared slots through which its workers report progress."""
-
     def __init__(self, workers: int, plugins: list[str], modules: list[str]) -> None:
-        ctx = mp.get_context("spawn")
-        self.started = ctx.Array("d", workers, lock=False)
-        self.current = ctx.Array("q", workers, lock=False)
-        counter = ctx.Value("i", 0)
-        self.executor = ProcessPoolExecutor(
-            workers,
-            mp_context=ctx,
-            initializer=_init_worker,
-            initargs=(self.started, self.current, counter, plugins, modules),
-        )
+        self.plugins, self.modules = plugins, modules
+        self.workers: list[_Worker] = []
+        try:
+            self.workers = [_Worker(plugins, modules) for _ in range(workers)]
+            for worker in self.workers:
+                worker.wait_ready()
+        except BaseException:
+            self.kill()
+            raise
 
-    def stuck_items(self, timeout: float) -> list[int]:
-        now = time.monotonic()
-        return [
-            self.current[slot]
-            for slot in range(len(self.started))
-            if self.started[slot] > 0 and now - self.started[slot] > timeout + _GRACE
-        ]
-
-    def busy_items(self) -> list[int]:
-        return [self.current[s] for s in range(len(self.started)) if self.started[s] > 0]
+    def replace(self, worker: _Worker) -> _Worker:
+        worker.kill()
+        fresh = _Worker(self.plugins, self.modules)
+        fresh.wait_ready()
+        self.workers[self.workers.index(worker)] = fresh
+        return fresh
 
     def kill(self) -> None:
-        for process in list(getattr(self.executor, "_processes", {}).values()):
-            process.kill()  # no public API stops a running task; the pool is discarded after this
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        for worker in self.workers:
+            worker.kill()
+        self.workers = []
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+        self.workers = []
 
 
 _pools: dict[tuple, _Pool] = {}
 
 
 def _pool(workers: int) -> _Pool:
-    # Families registered by importable modules outside evr1 (plugin files are replayed by path;
-    # a script's own families re-register when spawn re-imports it as __mp_main__).
+    # Families registered by importable modules outside evr1 (plugin files are replayed by path).
     modules = sorted(
         {
             f.module
@@ -168,65 +240,94 @@ def shutdown_pools() -> None:
     """Stop the worker processes kept between batches."""
     while _pools:
         _, pool = _pools.popitem()
-        pool.executor.shutdown(wait=True, cancel_futures=True)
+        pool.stop()
 
 
 atexit.register(shutdown_pools)
 
 
+def _inline_families() -> set[str]:
+    """Families defined in the caller's main module: a worker cannot import them, so they score here."""
+    return {f.name for f in families().values() if f.module in ("__main__", "__mp_main__")}
+
+
 def _run_pool(
     items: list[Item], workers: int, weights: RewardWeights, timeout: float | None, chunk_size: int
 ) -> dict[int, Outcome]:
-    """Score `items` in the pool, surviving stuck items (killed, timed out) and dead workers.
-
-    Items in progress when a worker died become suspects and run next, one at a time in a
-    single-worker pool, so a second death names the culprit exactly (scored 0 as an error) and
-    no innocent item is failed. Every round finishes, fails or suspects at least one item.
-    """
+    """Score `items` in the pool, surviving stuck items (their worker killed, the item timed out)
+    and dying workers (the item a worker died on runs once more in a fresh worker; a second death
+    makes it an error, "worker died"; no other item is failed)."""
     results: dict[int, Outcome] = {}
     samples = {index: sample for index, _, sample in items}
+    local = _inline_families()
+    pending: list[tuple[Item, bytes]] = []
+    for item in items:
+        sample = item[2]
+        raw_type = sample.get("problem_type") if isinstance(sample, Mapping) else None
+        if local and family_for(raw_type)[0].name in local:
+            results[item[0]] = _score_guarded(item, weights, timeout)
+            continue
+        try:
+            pending.append((item, pickle.dumps(item)))
+        except Exception as exc:  # e.g. a sample that cannot be pickled: fail it alone
+            results[item[0]] = _failed(item[0], sample, weights, timed_out=False, error=repr(exc))
+    if not pending:
+        return results
+    pool = _pool(workers)
+    size = max(1, min(chunk_size, -(-len(pending) // (workers * 4))))
     suspects: set[int] = set()
-    pending = items
-    while pending:
-        progress = len(results) + len(suspects)
-        isolated = [item for item in pending if item[0] in suspects]
-        batch = isolated or pending
-        pool = _pool(1 if isolated else workers)
-        size = 1 if isolated else max(1, min(chunk_size, -(-len(batch) // (workers * 4))))
-        futures: dict[Future, list[Item]] = {}
-        for i in range(0, len(batch), size):
-            chunk = batch[i : i + size]
-            futures[pool.executor.submit(_score_chunk, chunk, weights, timeout)] = chunk
-        stuck: list[int] = []
-        crashed: list[int] | None = None
-        waiting = set(futures)
-        while waiting:
-            done, waiting = wait(waiting, timeout=_POLL, return_when=FIRST_COMPLETED)
-            for future in done:
+    try:
+        while pending or any(w.queue for w in pool.workers):
+            for worker in pool.workers:
+                if worker.queue or not pending:
+                    continue
+                if pending[0][0][0] in suspects:
+                    chunk, pending = pending[:1], pending[1:]
+                else:
+                    take = 0
+                    while take < min(size, len(pending)) and pending[take][0][0] not in suspects:
+                        take += 1
+                    chunk, pending = pending[:take], pending[take:]
+                worker.submit(chunk, weights, timeout)
+            busy = {w.conn: w for w in pool.workers if w.queue}
+            for conn in wait(list(busy), timeout=_POLL):
+                worker = busy[conn]
                 try:
-                    results.update((outcome[0], outcome) for outcome in future.result())
-                except BrokenProcessPool:
-                    crashed = pool.busy_items()
-                except Exception as exc:  # e.g. a sample that cannot be pickled: fail its chunk only
-                    for index, _, sample in futures[future]:
-                        results[index] = _failed(index, sample, weights, timed_out=False, error=repr(exc))
-            if crashed is not None or (timeout and (stuck := pool.stuck_items(timeout))):
-                break
-        if waiting or crashed is not None:
-            pool.kill()
-            _pools.clear()
-        for index in stuck:
-            results[index] = _failed(index, samples[index], weights, timed_out=True, error=None)
-        for index in crashed or []:
-            if isolated:
-                results[index] = _failed(index, samples[index], weights, timed_out=False, error="worker died")
-            else:
-                suspects.add(index)
-        pending = [item for item in pending if item[0] not in results]
-        if pending and len(results) + len(suspects) == progress:  # nothing learnt: stop retrying
-            for index, _, sample in pending:
-                results[index] = _failed(index, sample, weights, timed_out=False, error="worker pool failed")
-            pending = []
+                    message = conn.recv()
+                except (EOFError, OSError):  # the worker died on its current item
+                    current, rest = worker.queue[0], worker.queue[1:]
+                    if current[0] in suspects:
+                        results[current[0]] = _failed(current[0], current[2], weights, timed_out=False,
+                                                      error="worker died")
+                    else:
+                        suspects.add(current[0])
+                        rest = [current, *rest]
+                    pending = [(item, pickle.dumps(item)) for item in rest] + pending
+                    worker.queue = []
+                    pool.replace(worker)
+                    continue
+                if message[0] == "fatal":  # e.g. SandboxUnavailable: the same exception here
+                    raise message[1]
+                _, outcome, error = message
+                current = worker.queue.pop(0)
+                if outcome is None:
+                    outcome = _failed(current[0], current[2], weights, timed_out=False, error=error)
+                results[current[0]] = outcome
+                worker.since = time.monotonic()
+            if timeout:
+                now = time.monotonic()
+                for worker in list(pool.workers):
+                    if worker.queue and now - worker.since > timeout + _GRACE:  # stuck in C code
+                        current, rest = worker.queue[0], worker.queue[1:]
+                        results[current[0]] = _failed(current[0], samples[current[0]], weights, timed_out=True,
+                                                      error=None)
+                        pending = [(item, pickle.dumps(item)) for item in rest] + pending
+                        worker.queue = []
+                        pool.replace(worker)
+    except BaseException:
+        pool.kill()
+        _pools.clear()
+        raise
     return results
 
 
@@ -246,12 +347,16 @@ def compute_scores(
     """Score `responses[i]` against `samples[i]` for every i.
 
     `workers <= 1` scores inline (the fast path; math still runs under its time limit in a helper
-    process and code in its sandbox); more workers use a spawned process pool kept between calls.
-    `timeout` is the per-item limit in seconds (None: no limit).
+    process and code in its sandbox); more workers use a pool of `python -m evr1.rewards._worker`
+    processes kept between calls, which works from any caller (no main guard needed).
+    `timeout` is the per-item limit in seconds (None: no limit; negative, zero, NaN or inf raise
+    `ValueError`). A machine that cannot score an item at all (`SandboxUnavailable`,
+    `RewardHelperError`) raises; every other failure is a 0 counted in the metrics.
     """
     if len(responses) != len(samples):
         raise ValueError(f"compute_scores: {len(responses)} responses but {len(samples)} samples")
     weights = check_weights(accuracy_weight, format_weight)
+    timeout = check_timeout(timeout)
     started = time.perf_counter()
     if workers <= 1 or len(responses) <= 1:
         outcomes = []

@@ -1,9 +1,13 @@
 """Code: Python run against the sample's tests in a sandbox; SVG/HTML by tag overlap.
 
-Python with `tests` (a list of snippets such as `assert add(1, 2) == 3`, or one string holding a
-whole test program): the pass fraction, run by `sandbox.run_python_tests` under bubblewrap and the
+Python with `tests`: a list of snippets such as `assert add(1, 2) == 3`, or one string holding a
+whole test program (a HumanEval `check(candidate)` program gets the sample's `entry_point`), or
+stdin/stdout cases (`[{"input": …, "output": …}]` or `{"inputs": […], "outputs": […]}`): the pass
+fraction, run by `sandbox.run_python_tests` / `sandbox.run_stdio_tests` under bubblewrap and the
 item's time limit (a run that exceeds it is a timed-out item, scored 0; with no sandbox on the
-machine it raises `SandboxUnavailable`, an error in the batch metrics). Without tests, the reference's rule:
+machine it raises `SandboxUnavailable`). Tests that `sandbox.classify_tests` calls unjudgeable (they
+never use the answer, do not parse, or leave `check` uncalled without an `entry_point`) raise
+`UnjudgeableTests` (an error, scored 0) unless `sandbox.allow_unjudgeable_tests(True)`. Without tests, the reference's rule:
 the answer must compile; then the fraction of the ground truth's identifiers (names after `def`,
 `class`, `import`, `from`) found in the answer, or 0.5 when the ground truth has none.
 SVG and HTML: 0.7 × the fraction of the ground truth's tag names present in the answer + 0.3 ×
@@ -18,8 +22,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from evr1.rewards.registry import FamilyResult, register
-from evr1.rewards.sandbox import run_python_tests
-from evr1.rewards.timeouts import DEFAULT_TIMEOUT, ItemTimeout, current_timeout
+from evr1.rewards.sandbox import (
+    UnjudgeableTests,
+    classify_tests,
+    run_python_tests,
+    run_stdio_tests,
+    stdio_cases,
+    unjudgeable_allowed,
+)
+from evr1.rewards.timeouts import ItemTimeout, current_timeout
 
 _FENCED = re.compile(r"```[ \t]*[\w+#.-]*[ \t]*\n(.*?)```", re.DOTALL)
 _DEFINED = re.compile(
@@ -75,9 +86,19 @@ def python_code(text: str, sample: Mapping[str, Any]) -> FamilyResult:
     code = extract_code(text)
     if not code or not _compiles(code):
         return FamilyResult(0.0, False)
+    form = classify_tests(sample)
+    if not form.judgeable and not unjudgeable_allowed():
+        raise UnjudgeableTests(f"code tests cannot be judged ({form.form}): {form.reason}; reject the sample "
+                               f"at ingestion or allow_unjudgeable_tests(True) to score it anyway")
+    cases = stdio_cases(sample.get("tests"))
     tests = _tests_of(sample)
-    if tests:
-        run = run_python_tests(code, tests, timeout=current_timeout() or DEFAULT_TIMEOUT)
+    if cases is not None or tests:
+        entry = sample.get("entry_point")
+        if cases is not None:
+            run = run_stdio_tests(code, cases, timeout=current_timeout())
+        else:
+            run = run_python_tests(code, tests, timeout=current_timeout(),
+                                   entry_point=entry if isinstance(entry, str) else None)
         if run.timed_out:
             raise ItemTimeout(f"code tests exceeded {current_timeout()} s")
         return FamilyResult(run.fraction, True)

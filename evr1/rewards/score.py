@@ -12,14 +12,25 @@ The tag and format logic lives here and nowhere else:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from evr1.rewards import extract
 from evr1.rewards.registry import Family, family_for
-from evr1.rewards.timeouts import DEFAULT_TIMEOUT, ItemTimeout, RewardHelperError, item_timeout
+from evr1.rewards.timeouts import (
+    DEFAULT_TIMEOUT,
+    ItemTimeout,
+    RewardHelperError,
+    check_timeout,
+    item_timeout,
+)
 from evr1.rewards.weights import RewardWeights, check_weights
+
+
+class RewardWarning(UserWarning):
+    """`compute_score` scored an item 0 because it timed out or failed (the batch API counts these)."""
 
 
 @dataclass(frozen=True)
@@ -40,7 +51,7 @@ def _clip(value: Any) -> float:
         return 0.0
     if not value > 0.0:  # also maps NaN to 0
         return 0.0
-    return 1.0 if value > 1.0 else value
+    return min(value, 1.0)
 
 
 def _family_call(family: Family, text: str, sample: Mapping[str, Any]) -> tuple[float, bool]:
@@ -55,6 +66,7 @@ def score_item(
     timeout: float | None = DEFAULT_TIMEOUT,
 ) -> tuple[dict[str, float], ItemInfo]:
     """Score one response; returns the score dict and how it was scored."""
+    timeout = check_timeout(timeout)
     if not isinstance(sample, Mapping):
         sample = {}
     raw_type = sample.get("problem_type")
@@ -81,7 +93,7 @@ def score_item(
     except ItemTimeout:
         accuracy, format_score, timed_out = 0.0, 0.0, True
     except RewardHelperError:
-        raise  # scoring cannot work on this machine: never a silent 0 for every item
+        raise  # scoring cannot work on this machine (no helper, no sandbox): never a silent 0 for every item
     except Exception as exc:  # a family bug or a pathological input: score 0, report it in metrics
         accuracy, format_score, error = 0.0, 0.0, f"{type(exc).__name__}: {exc}"
     if not ground_truth:
@@ -105,8 +117,18 @@ def compute_score(
     """Score one response against one sample: `{"overall", "accuracy", "format"}`, each in [0, 1].
 
     `sample` carries `problem_type` and `answer`, optionally `options`, `data_type`, `problem` and
-    family fields (e.g. `tests` for code). Invalid weights raise `ValueError`; nothing else raises.
-    `timeout` bounds the families that need it (math, code); a timed-out item scores 0.
+    family fields (e.g. `tests` for code). Invalid weights and an invalid `timeout` raise
+    `ValueError`; a machine that cannot score (no code sandbox: `SandboxUnavailable`; no helper
+    process: `RewardHelperError`) raises; nothing in a response or a sample raises.
+    `timeout` (seconds, or None for no limit) bounds the families that need it (math, code); an
+    item that times out or fails scores 0 with a `RewardWarning` saying why.
     """
     weights = check_weights(accuracy_weight, format_weight)
-    return score_item(response, sample, weights, timeout)[0]
+    scores, info = score_item(response, sample, weights, timeout)
+    if info.timed_out:
+        warnings.warn(f"compute_score: {info.family} item exceeded its time limit ({timeout} s); scored 0",
+                      RewardWarning, stacklevel=2)
+    elif info.error:
+        warnings.warn(f"compute_score: {info.family} item failed and scored 0: {info.error}", RewardWarning,
+                      stacklevel=2)
+    return scores

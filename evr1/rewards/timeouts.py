@@ -15,7 +15,7 @@ Two mechanisms, because a signal cannot interrupt a long C call (sympy evaluatin
 from __future__ import annotations
 
 import atexit
-from multiprocessing.connection import Connection
+import math
 import os
 import signal
 import subprocess
@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from multiprocessing.connection import Connection
 from typing import Any
 
 DEFAULT_TIMEOUT = 10.0
@@ -32,6 +33,18 @@ _GRACE = 2.0  # extra seconds the helper gets before it is killed (its own alarm
 
 _timeout: ContextVar[float | None] = ContextVar("evr1_reward_timeout", default=DEFAULT_TIMEOUT)
 _guarded: ContextVar[bool] = ContextVar("evr1_reward_guarded", default=False)
+
+
+def check_timeout(timeout: Any) -> float | None:
+    """The one meaning of `timeout` in every family: None is no limit, else a positive finite number
+    of seconds. Anything else (negative, zero, NaN, inf, a bool, a string) is a ValueError."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise ValueError(f"timeout must be a number of seconds or None (no limit), not {timeout!r}")
+    if not math.isfinite(timeout) or timeout <= 0:
+        raise ValueError(f"timeout must be a positive, finite number of seconds or None (no limit), not {timeout!r}")
+    return float(timeout)
 
 
 class ItemTimeout(BaseException):
@@ -50,7 +63,7 @@ def current_timeout() -> float | None:
 @contextmanager
 def item_timeout(seconds: float | None) -> Iterator[None]:
     """Set the time limit that `run_limited` and the code sandbox use while scoring one item."""
-    token = _timeout.set(seconds)
+    token = _timeout.set(check_timeout(seconds))
     try:
         yield
     finally:

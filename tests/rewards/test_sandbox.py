@@ -174,7 +174,7 @@ def test_forged_pass_lines_do_not_pass(host):
     code = (
         "import sys\n"
         "def add(a, b):\n"
-        "    return 0\n"
+        "    return a - b\n"  # wrong for all three tests (it returned 0 here, which add(-1, 1) == 0 accepts)
         "for i in range(3):\n"
         "    print('%d\\t\"3\"' % i)\n"
         "    print('%d\\t\"ok\"' % i)\n"
