@@ -5,7 +5,7 @@ whole test program (a HumanEval `check(candidate)` program gets the sample's `en
 stdin/stdout cases (`[{"input": …, "output": …}]` or `{"inputs": […], "outputs": […]}`): the pass
 fraction, run by `sandbox.run_python_tests` / `sandbox.run_stdio_tests` under bubblewrap and the
 item's time limit (a run that exceeds it is a timed-out item, scored 0; with no sandbox on the
-machine it raises `SandboxUnavailable`). Tests that `sandbox.classify_tests` calls unjudgeable (they
+machine it raises `SandboxUnavailable`). Tests that `code_tests.classify_tests` calls unjudgeable (they
 never use the answer, do not parse, or leave `check` uncalled without an `entry_point`) raise
 `UnjudgeableTests` (an error, scored 0) unless `sandbox.allow_unjudgeable_tests(True)`. Without tests, the reference's rule:
 the answer must compile; then the fraction of the ground truth's identifiers (names after `def`,

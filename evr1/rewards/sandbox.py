@@ -34,41 +34,32 @@ code rewards refuse to run (naming what is missing) unless unsandboxed code is a
 
 from __future__ import annotations
 
-import ast
-import builtins
-import fcntl
-import itertools
 import json
 import os
-import random
-import resource
 import select
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from evr1.rewards import _harness
+from evr1.rewards.code_tests import (SplitTest, TestForm, classify_tests, split_test,  # noqa: F401 (re-exported)
+                                     stdio_cases)
+from evr1.rewards.limits import (CGROUP_ENV, FALLBACK_PROCESSES, MAX_PROCESSES, Cgroup, UidSlot,  # noqa: F401
+                                 cgroup_root, limits_mechanism, rlimits_for)
 from evr1.rewards.timeouts import RewardHelperError, check_timeout
 
 DEFAULT_MEMORY_MB = 1024  # for the whole answer: all its processes together
 OUTPUT_CAP = 1 << 20  # bytes of sandbox output read before it is killed
 WORKDIR_BYTES = 32 << 20  # size of the writable tmpfs working directory
-MAX_PROCESSES = 64  # tasks per answer under a cgroup
-FALLBACK_PROCESSES = 4  # processes per answer with rlimits only (so that 4 × address space = budget)
-CPUS_PER_ANSWER = 1  # CPU bandwidth per answer under a cgroup
 ALLOW_ENV = "EVR1_ALLOW_UNSANDBOXED_CODE"
 UNJUDGEABLE_ENV = "EVR1_ALLOW_UNJUDGEABLE_TESTS"
-CGROUP_ENV = "EVR1_SANDBOX_CGROUPS"  # "0": use the rlimit budget even where a cgroup is writable
-_UID_BASE = 1_600_000_000
-_UID_SLOTS = 4096
 _WORKDIR = "/sandbox"
 _HARNESS = Path(_harness.__file__).read_text() + "\nmain()\n"
 
@@ -100,148 +91,6 @@ class SandboxRun:
     @property
     def fraction(self) -> float:
         return self.passed / self.total if self.total else 0.0
-
-
-@dataclass(frozen=True)
-class _Test:
-    kind: str  # "expr": the tests' sandbox reports `text`'s value, the scorer compares it with `expected`;
-    text: str  # "truth": an assert's condition; "stmt": statements; "program": defines check(), not called
-    expected: object = None
-
-
-def _calls_check(tree: ast.Module) -> bool:
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            continue
-        for sub in ast.walk(node):
-            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id == "check":
-                return True
-    return False
-
-
-def _defines_check(tree: ast.Module) -> bool:
-    return any(isinstance(n, ast.FunctionDef) and n.name == "check" for n in tree.body)
-
-
-def split_test(test: str) -> _Test:
-    """`assert <expr> == <literal>` → evaluate `<expr>` in the tests' sandbox, compare with the literal here."""
-    try:
-        tree = ast.parse(test.strip(), mode="exec")
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return _Test("stmt", test)
-    if len(tree.body) == 1 and isinstance(tree.body[0], ast.Assert):
-        check = tree.body[0].test
-        if isinstance(check, ast.Compare) and len(check.ops) == 1 and isinstance(check.ops[0], ast.Eq):
-            for expr, literal in ((check.left, check.comparators[0]), (check.comparators[0], check.left)):
-                try:
-                    expected = ast.literal_eval(literal)
-                except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-                    continue
-                return _Test("expr", ast.unparse(expr), expected)
-        return _Test("truth", ast.unparse(check))
-    if _defines_check(tree) and not _calls_check(tree):
-        return _Test("program", test)
-    return _Test("stmt", test)
-
-
-# ---- the test forms of a sample, for ingestion ------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TestForm:
-    """What kind of tests a code sample has and whether they give a trustworthy verdict.
-
-    `form`: "none" (no tests: the identifier rule), "literal asserts", "bare asserts",
-    "comparisons", "program", "stdio", "mixed" (several of the assert forms), "invalid".
-    `judgeable` False means no verdict can be trusted (`reason` says why): such a sample should be
-    rejected at ingestion; the code reward scores it only with `allow_unjudgeable_tests(True)`.
-    """
-
-    form: str
-    judgeable: bool
-    reason: str | None = None
-
-
-def stdio_cases(tests: Any) -> list[tuple[str, str]] | None:
-    """Stdin/stdout cases from `[{"input", "output"}, …]` or `{"inputs": […], "outputs": […]}`; else None."""
-    if isinstance(tests, Mapping) and "inputs" in tests and "outputs" in tests:
-        inputs, outputs = tests["inputs"], tests["outputs"]
-        if isinstance(inputs, list) and isinstance(outputs, list) and len(inputs) == len(outputs):
-            tests = [{"input": i, "output": o} for i, o in zip(inputs, outputs, strict=True)]
-        else:
-            return None
-    if not isinstance(tests, (list, tuple)) or not tests or not all(isinstance(t, Mapping) for t in tests):
-        return None
-    cases = []
-    for case in tests:
-        given = case.get("input", case.get("stdin"))
-        wanted = case.get("output", case.get("expected_output", case.get("stdout")))
-        if not isinstance(given, str) or not isinstance(wanted, str):
-            return None
-        cases.append((given, wanted))
-    return cases
-
-
-def _free_names(trees: list[ast.Module]) -> set[str]:
-    loaded: set[str] = set()
-    bound: set[str] = set()
-    for tree in trees:
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Name):
-                (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                bound.add(node.name)
-            elif isinstance(node, ast.arg):
-                bound.add(node.arg)
-            elif isinstance(node, ast.alias):
-                bound.add((node.asname or node.name).split(".")[0])
-    return {n for n in loaded - bound if not hasattr(builtins, n)}
-
-
-def classify_tests(sample: Mapping[str, Any]) -> TestForm:
-    """Classify a code sample's `tests` (and `entry_point`); ingestion rejects `judgeable=False`."""
-    tests = sample.get("tests")
-    if tests is None or (isinstance(tests, (str, list, tuple)) and not tests):
-        return TestForm("none", True)
-    if isinstance(tests, str):
-        tests = [tests]
-    cases = stdio_cases(tests)
-    if cases is not None:
-        return TestForm("stdio", True)
-    if not isinstance(tests, (list, tuple)) or not all(isinstance(t, str) for t in tests):
-        return TestForm("invalid", False, "tests must be strings (asserts or a test program) or "
-                                          "stdin/stdout cases {'input': str, 'output': str}")
-    tests = [t for t in tests if t.strip()]
-    if not tests:
-        return TestForm("none", True)
-    trees, kinds = [], set()
-    for index, text in enumerate(tests):
-        try:
-            trees.append(ast.parse(text.strip()))
-        except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
-            return TestForm("invalid", False, f"test {index} does not parse: {exc}")
-        kinds.add(split_test(text).kind)
-    entry = sample.get("entry_point")
-    if entry is not None and (not isinstance(entry, str) or not entry.isidentifier()):
-        return TestForm("invalid", False, f"entry_point {entry!r} is not a Python name")
-    if isinstance(entry, str) and hasattr(builtins, entry):
-        return TestForm("invalid", False, f"entry_point {entry!r} is a builtin, which the tests always use "
-                                          "instead of the answer's")
-    if "program" in kinds and entry is None:
-        return TestForm("program", False, "the test program defines check(candidate) but never calls it, and "
-                                          "the sample has no entry_point to pass to it")
-    if "program" not in kinds and not _free_names(trees):
-        return TestForm("invalid", False, "the tests never use a name the answer defines (any answer passes)")
-    if "program" in kinds or "stmt" in kinds:
-        form = "program"
-    elif kinds == {"expr"}:
-        form = "literal asserts"
-    elif kinds == {"truth"}:
-        bare = all(not isinstance(t.body[0].test, ast.Compare) for t in trees)  # type: ignore[attr-defined]
-        form = "bare asserts" if bare else "comparisons"
-    else:
-        form = "mixed"
-    return TestForm(form, True)
 
 
 def unjudgeable_allowed() -> bool:
@@ -323,207 +172,6 @@ def _bwrap_prefix(bwrap: str) -> list[str]:
             "--setenv", "HOME", _WORKDIR, "--setenv", "TMPDIR", _WORKDIR, "--setenv", "LANG", "C.UTF-8", "--"]
 
 
-# ---- limits per answer -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _CgroupRoot:
-    version: int  # 1 or 2
-    dirs: tuple[tuple[str, str], ...]  # (controller, folder) pairs; v2: (("", folder),)
-
-
-def _mountinfo() -> list[tuple[str, str, str, str]]:
-    """(root, mount point, fs type, super options) of each mount."""
-    rows = []
-    try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return rows
-    for line in lines:
-        left, _, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if len(fields) >= 5 and len(tail) >= 3:
-            rows.append((fields[3], fields[4], tail[0], tail[2]))
-    return rows
-
-
-def _probe(folder: str) -> bool:
-    probe = os.path.join(folder, f"evr1-probe-{os.getpid()}-{random.getrandbits(32):08x}")
-    try:
-        os.mkdir(probe)
-        os.rmdir(probe)
-    except OSError:
-        return False
-    return True
-
-
-@lru_cache(maxsize=4)
-def _cgroup_root(enabled: str) -> _CgroupRoot | None:
-    if enabled == "0":
-        return None
-    try:
-        membership = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    paths: dict[str, str] = {}
-    for line in membership:
-        _, controllers, path = line.split(":", 2)
-        for name in controllers.split(",") if controllers else [""]:
-            paths[name] = path
-    mounts = _mountinfo()
-    if "" in paths:  # cgroup v2 with the controllers delegated to our own folder
-        for root, point, fstype, _ in mounts:
-            if fstype != "cgroup2":
-                continue
-            rel = paths[""]
-            if root != "/" and rel.startswith(root):
-                rel = rel[len(root):]
-            folder = os.path.normpath(point + "/" + rel)
-            try:
-                delegated = Path(folder, "cgroup.subtree_control").read_text().split()
-            except OSError:
-                continue
-            if {"memory", "pids"} <= set(delegated) and _probe(folder):
-                return _CgroupRoot(2, (("", folder),))
-    dirs = []
-    for controller in ("memory", "pids", "cpu"):
-        found = None
-        for root, point, fstype, options in mounts:
-            if fstype == "cgroup" and controller in options.split(",") and controller in paths:
-                rel = paths[controller]
-                if root != "/" and rel.startswith(root):
-                    rel = rel[len(root):]
-                folder = os.path.normpath(point + "/" + rel)
-                if _probe(folder):
-                    found = folder
-                break
-        if found is None and controller != "cpu":
-            return None
-        if found is not None:
-            dirs.append((controller, found))
-    return _CgroupRoot(1, tuple(dirs))
-
-
-def limits_mechanism() -> str:
-    """How each answer's memory, processes and CPU are bounded here (for logs and docs)."""
-    root = _cgroup_root(os.environ.get(CGROUP_ENV, "1"))
-    if root is None:
-        return f"rlimits: {FALLBACK_PROCESSES} processes × memory/{FALLBACK_PROCESSES} address space"
-    return f"cgroup v{root.version}"
-
-
-_names = itertools.count()
-
-
-class _Cgroup:
-    """One answer's own cgroup (all controllers), created before it starts, removed once empty."""
-
-    def __init__(self, root: _CgroupRoot, memory_bytes: int) -> None:
-        self.root = root
-        name = f"evr1-sandbox-{os.getpid()}-{next(_names)}-{random.getrandbits(32):08x}"
-        self.dirs: list[tuple[str, str]] = []
-        try:
-            for controller, parent in root.dirs:
-                folder = os.path.join(parent, name)
-                os.mkdir(folder)
-                self.dirs.append((controller, folder))
-                self._configure(controller, folder, memory_bytes)
-        except OSError:
-            self.remove()
-            raise
-
-    def _configure(self, controller: str, folder: str, memory_bytes: int) -> None:
-        def put(file: str, value: str, required: bool = True) -> None:
-            try:
-                Path(folder, file).write_text(value)
-            except OSError:
-                if required:
-                    raise
-
-        processes = str(MAX_PROCESSES + 4)  # + the bwrap processes around the answer
-        if self.root.version == 2:
-            put("memory.max", str(memory_bytes))
-            put("memory.swap.max", "0", required=False)
-            put("pids.max", processes)
-            put("cpu.max", f"{100_000 * CPUS_PER_ANSWER} 100000", required=False)
-        elif controller == "memory":
-            put("memory.limit_in_bytes", str(memory_bytes))
-            put("memory.memsw.limit_in_bytes", str(memory_bytes), required=False)
-        elif controller == "pids":
-            put("pids.max", processes)
-        elif controller == "cpu":
-            put("cpu.cfs_period_us", "100000", required=False)
-            put("cpu.cfs_quota_us", str(100_000 * CPUS_PER_ANSWER), required=False)
-
-    @property
-    def procs_files(self) -> list[str]:
-        return [os.path.join(folder, "cgroup.procs") for _, folder in self.dirs]
-
-    def peak(self) -> int | None:
-        for controller, folder in self.dirs:
-            for file in ("memory.peak", "memory.max_usage_in_bytes"):
-                if controller in ("", "memory"):
-                    try:
-                        return int(Path(folder, file).read_text().split()[0])
-                    except (OSError, ValueError, IndexError):
-                        continue
-        return None
-
-    def remove(self) -> None:
-        """Wait (briefly) until the killed sandbox's processes are gone, then remove the folders."""
-        deadline = time.monotonic() + 5
-        for _, folder in reversed(self.dirs):
-            while True:
-                try:
-                    os.rmdir(folder)
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        break
-                    time.sleep(0.005)
-        self.dirs = []
-
-
-class _UidSlot:
-    """As root: a uid no other sandbox holds now (a locked slot), so rlimits count this sandbox only."""
-
-    def __init__(self) -> None:
-        folder = Path(tempfile.gettempdir()) / "evr1-sandbox-uids"
-        folder.mkdir(mode=0o700, exist_ok=True)
-        start = random.randrange(_UID_SLOTS)
-        for step in range(_UID_SLOTS):
-            slot = (start + step) % _UID_SLOTS
-            fd = os.open(folder / str(slot), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)
-                continue
-            self.fd, self.uid = fd, _UID_BASE + slot
-            return
-        raise RuntimeError(f"all {_UID_SLOTS} sandbox uids are in use")
-
-    def release(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-
-def _limits(timeout: float | None, memory_mb: int, cgroup: bool) -> dict[str, int]:
-    processes = MAX_PROCESSES if cgroup else FALLBACK_PROCESSES
-    per_process = (memory_mb << 20) if cgroup else (memory_mb << 20) // processes
-    return {
-        "RLIMIT_CPU": max(1, int(timeout + 1)) if timeout is not None else resource.RLIM_INFINITY,
-        "RLIMIT_AS": per_process,
-        "RLIMIT_FSIZE": 16 << 20,
-        "RLIMIT_NOFILE": 64,
-        "RLIMIT_NPROC": processes,
-        "RLIMIT_CORE": 0,
-    }
-
-
 def _command() -> list[str]:
     missing = missing_mechanism()
     if missing is None:
@@ -547,18 +195,18 @@ class _Box:
     def __init__(self, role: str, payload: dict, *, timeout: float | None, memory_mb: int,
                  pass_fds: tuple[int, ...] = ()) -> None:
         command = _command()
-        root = _cgroup_root(os.environ.get(CGROUP_ENV, "1"))
-        self.cgroup: _Cgroup | None = None
-        self.slot: _UidSlot | None = None
+        root = cgroup_root(os.environ.get(CGROUP_ENV, "1"))
+        self.cgroup: Cgroup | None = None
+        self.slot: UidSlot | None = None
         self.proc: subprocess.Popen | None = None
         try:
             if root is not None:
-                self.cgroup = _Cgroup(root, memory_mb << 20)
+                self.cgroup = Cgroup(root, memory_mb << 20)
                 command = [shutil.which("sh") or "/bin/sh", "-c", _JOIN, "evr1-join", *self.cgroup.procs_files,
                            "--", *command]
             if os.getuid() == 0:
-                self.slot = _UidSlot()
-            data = {**payload, "role": role, "limits": _limits(timeout, memory_mb, self.cgroup is not None),
+                self.slot = UidSlot()
+            data = {**payload, "role": role, "limits": rlimits_for(timeout, memory_mb, self.cgroup is not None),
                     "drop_to": self.slot.uid if self.slot else None}
             self.payload = json.dumps(data).encode()
             self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -688,7 +336,7 @@ def run_python_tests(
     return SandboxRun(0 if capped else passed, len(checks), timed_out, capped, peak)  # a flood passes nothing
 
 
-def _passes(check: _Test, reports: list[Any]) -> bool:
+def _passes(check: SplitTest, reports: list[Any]) -> bool:
     """Exactly one report for the test, and it is a pass (or, for `expr`, the expected value)."""
     if len(reports) != 1:
         return False

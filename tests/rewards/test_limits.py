@@ -11,14 +11,14 @@ import time
 import psutil
 import pytest
 
-from evr1.rewards import sandbox
+from evr1.rewards import limits, sandbox
 from evr1.rewards.sandbox import run_python_tests
 
 _MISSING = sandbox.missing_mechanism()
 pytestmark = pytest.mark.skipif(_MISSING is not None and not os.environ.get("CI"),
                                 reason=f"code sandbox unavailable here: {_MISSING}")
 
-_HAS_CGROUP = sandbox._cgroup_root("1") is not None
+_HAS_CGROUP = limits.cgroup_root("1") is not None
 MECHANISMS = [pytest.param("1", marks=pytest.mark.skipif(not _HAS_CGROUP, reason="no writable cgroup here"),
                            id="cgroup"), pytest.param("0", id="rlimits")]
 
