@@ -6,7 +6,7 @@ read-only, plus a size-limited tmpfs working directory (no /etc, no /home, no ru
 /bin/sh); the sandbox dies with its parent (`--die-with-parent`) and everything in its PID
 namespace dies with it, detached processes included.
 
-Verdicts (see `_harness.py`): the answer runs in one sandbox, the tests in another that never
+Verdicts (see `_harness.py` and `_wire.py`): the answer runs in one sandbox, the tests in another that never
 executes the answer's code. Calls from the tests into the answer cross a pipe pair as plain values
 (or references to opaque answer objects, which have no truth value and equal only themselves),
 so every comparison, `assert`, builtin and `check(candidate)` body runs with real builtins in a
@@ -48,7 +48,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from evr1.rewards import _harness
+from evr1.rewards import _harness, _wire
 from evr1.rewards.code_tests import (SplitTest, TestForm, classify_tests, split_test,  # noqa: F401 (re-exported)
                                      stdio_cases)
 from evr1.rewards.limits import (CGROUP_ENV, FALLBACK_PROCESSES, MAX_PROCESSES, Cgroup, UidSlot,  # noqa: F401
@@ -61,7 +61,18 @@ WORKDIR_BYTES = 32 << 20  # size of the writable tmpfs working directory
 ALLOW_ENV = "EVR1_ALLOW_UNSANDBOXED_CODE"
 UNJUDGEABLE_ENV = "EVR1_ALLOW_UNJUDGEABLE_TESTS"
 _WORKDIR = "/sandbox"
-_HARNESS = Path(_harness.__file__).read_text() + "\nmain()\n"
+
+
+def _program() -> str:
+    """The sandbox's program as one file: the wire, then the roles (less their import of the wire and
+    a second `from __future__`), then `main()`."""
+    wire = Path(_wire.__file__).read_text()
+    roles = [line for line in Path(_harness.__file__).read_text().splitlines()
+             if not line.startswith(("from __future__", "from evr1.rewards._wire import"))]
+    return wire + "\n" + "\n".join(roles) + "\nmain()\n"
+
+
+_HARNESS = _program()
 
 
 class SandboxUnavailable(RewardHelperError):
@@ -346,8 +357,8 @@ def _passes(check: SplitTest, reports: list[Any]) -> bool:
     if verdict != "value":
         return False
     try:
-        reported = _harness.decode(value)
-    except (_harness.WireError, RecursionError):
+        reported = _wire.decode(value)
+    except (_wire.WireError, RecursionError):
         return False
     return _same(reported, check.expected)
 
