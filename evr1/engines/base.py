@@ -35,6 +35,9 @@ class SamplingParams:
     # Strings that end a response (kept in it, like vLLM's include_stop_str_in_output), e.g.
     # "</answer>": what a policy writes after its answer is never scored, only trained on as noise.
     stop: tuple[str, ...] = ()
+    # Return each sampled token's log-prob (`Generation.logprobs`) where the engine has them (vLLM:
+    # raw model log-probs, before temperature), e.g. to log the rollout-vs-trainer gap.
+    logprobs: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop", tuple(self.stop))  # a list after a trip through Ray
@@ -63,6 +66,7 @@ class Generation:
     token_ids: list[int]
     text: str
     finish_reason: FinishReason
+    logprobs: list[float] | None = None  # per token, when asked for (`SamplingParams.logprobs`)
 
 
 @runtime_checkable

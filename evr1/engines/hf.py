@@ -13,6 +13,7 @@ from os import PathLike
 import torch
 from transformers import GenerationConfig, PreTrainedModel
 
+import evr1.models.packed  # noqa: F401  (the reference M-RoPE rule, as the trainer and vLLM use)
 from evr1.engines.base import EngineBase, Generation, SamplingParams, cut_at_stop, finish
 from evr1.models.adapter import PromptInputs, VisionLanguageAdapter
 from evr1.models.runtime import load_model

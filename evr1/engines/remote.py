@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 
 def _generations(rows: list[list[dict]]) -> list[list[Generation]]:
-    return [[Generation(token_ids=list(g["token_ids"]), text=g["text"], finish_reason=g["finish_reason"])
+    return [[Generation(token_ids=list(g["token_ids"]), text=g["text"], finish_reason=g["finish_reason"],
+                        logprobs=g.get("logprobs"))
              for g in row] for row in rows]
 
 

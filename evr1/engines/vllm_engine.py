@@ -1,19 +1,27 @@
-"""vLLM engine for GPU workers (the `gpu` extra / worker image). Never imported on CPU machines.
+"""vLLM engine for GPU workers (the worker image) and the CPU test environment (`make test-vllm`).
 
-Prompts go in as the token ids `encode_prompt` built (already expanded, Qwen3-VL timestamps
-included) plus the raw resized media, so vLLM's prompt equals the trainer's token for token;
-vLLM recognises the expanded placeholders and only runs its vision preprocessing. Frames arrive
-already sampled and resized, so resizing and frame sampling are switched off.
+Prompts: vLLM 0.32 always runs its own placeholder expansion on the ids it is given, so it gets the
+chat-template ids with ONE pad per image or video (`vllm_prompt_ids`: the trainer's ids with each
+expansion folded back), plus the raw resized media; it expands them again into exactly the trainer's
+ids (Qwen3-VL timestamps included). Every output's `prompt_token_ids` is checked against
+`PromptInputs.input_ids`: a prompt vLLM ran differently from the one the trainer scores is an error,
+never a silent off-policy sample. Frames arrive already sampled and resized, so vLLM's resizing and
+frame sampling are switched off.
+
+Weights: `update_weights` streams them into the running engine in buckets and then resets its prefix
+and encoder caches (evr1/engines/vllm_sync.py).
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from os import PathLike
 from typing import Any
 
 from evr1.engines.base import EngineBase, Generation, SamplingParams
+from evr1.engines.vllm_sync import DEFAULT_BUCKET_BYTES, EXTENSION, SyncReport, write_buckets
 from evr1.models.adapter import PromptInputs, VisionLanguageAdapter
 from evr1.models.text import TextAdapter, load_any_adapter
 
@@ -37,14 +45,71 @@ def _video_item(clip: Any) -> tuple[Any, dict[str, Any]]:
     }
 
 
+class PromptMismatch(RuntimeError):
+    """vLLM ran a prompt whose token ids differ from the trainer's (`encode_prompt`'s)."""
+
+
+def vllm_prompt_ids(prompt: PromptInputs, adapter: VisionLanguageAdapter | TextAdapter) -> list[int]:
+    """The ids to hand vLLM: `prompt.input_ids` with each image / video expansion folded back to the
+    chat template's `<|vision_start|><|…_pad|><|vision_end|>`, which vLLM expands again.
+
+    A run of image or video pads becomes one pad (Qwen2-VL, Qwen2.5-VL, and Qwen3-VL images). A Qwen3-VL
+    video is `<|vision_start|>` + per frame group (`<t seconds>` `<|vision_start|>` pads `<|vision_end|>`)
+    + `<|vision_end|>`: a `<|vision_start|>` whose block nests another is folded whole to
+    `<|vision_start|><|video_pad|><|vision_end|>` (vLLM rewrites that triple, timestamps included).
+    """
+    ids = list(prompt.input_ids)
+    if not (prompt.images or prompt.videos):
+        return ids
+    vs, ve = adapter.vision_start_id, adapter.vision_end_id
+    pads = {adapter.image_pad_id, adapter.video_pad_id}
+    out: list[int] = []
+    i, n = 0, len(ids)
+    while i < n:
+        tok = ids[i]
+        if tok in pads:
+            while i < n and ids[i] == tok:
+                i += 1
+            out.append(tok)
+            continue
+        if tok == vs:
+            end = _nested_block_end(ids, i, vs, ve)
+            if end is not None:
+                out += [vs, adapter.video_pad_id, ve]
+                i = end + 1
+                continue
+        out.append(tok)
+        i += 1
+    return out
+
+
+def _nested_block_end(ids: list[int], start: int, vs: int, ve: int) -> int | None:
+    """Index of the `<|vision_end|>` closing the `<|vision_start|>` at `start` when another
+    `<|vision_start|>` opens inside it (a Qwen3-VL video), else None."""
+    depth, nested = 0, False
+    for j in range(start, len(ids)):
+        if ids[j] == vs:
+            depth += 1
+            nested = nested or depth > 1
+        elif ids[j] == ve:
+            depth -= 1
+            if depth == 0:
+                return j if nested else None
+    return None
+
+
 class VLLMEngine(EngineBase):
     """`vllm.LLM` (blocking) or `vllm.v1.engine.async_llm.AsyncLLM` (asyncio) behind the Engine protocol."""
 
-    def __init__(self, llm: Any, adapter: VisionLanguageAdapter | TextAdapter, *, asynchronous: bool = False) -> None:
+    def __init__(self, llm: Any, adapter: VisionLanguageAdapter | TextAdapter, *, asynchronous: bool = False,
+                 sync_dir: str | None = None, sync_bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> None:
         self.llm = llm
         self.adapter = adapter
         self.asynchronous = asynchronous
         self.concurrent = asynchronous  # AsyncLLM: overlapping requests are what it is for
+        self.sync_dir = sync_dir
+        self.sync_bucket_bytes = sync_bucket_bytes
+        self.last_sync: SyncReport | None = None
 
     @classmethod
     def from_pretrained(
@@ -56,21 +121,39 @@ class VLLMEngine(EngineBase):
         tensor_parallel_size: int = 1,
         gpu_memory_utilization: float = 0.6,
         max_model_len: int | None = None,
+        enforce_eager: bool = False,
+        enable_prefix_caching: bool = True,
+        kv_cache_gib: float | None = None,
         limit_mm_per_prompt: Mapping[str, int] | None = None,
         seed: int = 0,
+        sync_dir: str | None = None,
+        sync_bucket_mb: float = DEFAULT_BUCKET_BYTES / 2**20,
         **engine_kwargs: Any,
     ) -> VLLMEngine:
+        """Build the engine. `kv_cache_gib`: the KV cache's size, instead of a share of the device's
+        memory (`gpu_memory_utilization`; on CPU the share of all RAM vLLM reserves, unless
+        VLLM_CPU_KVCACHE_SPACE is set). `sync_dir` / `sync_bucket_mb`: where and in what pieces
+        `update_weights` streams weights (vllm_sync.py). Other keywords go to `vllm.LLM` / `AsyncEngineArgs`."""
+        if kv_cache_gib is not None and kv_cache_gib <= 0:
+            raise ValueError(f"VLLMEngine: field kv_cache_gib must be > 0, got {kv_cache_gib}")
+        if sync_bucket_mb <= 0:
+            raise ValueError(f"VLLMEngine: field sync_bucket_mb must be > 0, got {sync_bucket_mb}")
         args = dict(
             model=str(model_dir),
             dtype=dtype,
             tensor_parallel_size=tensor_parallel_size,
             gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len,
+            enforce_eager=enforce_eager,
+            enable_prefix_caching=enable_prefix_caching,
             limit_mm_per_prompt=dict(limit_mm_per_prompt or {"image": 4, "video": 2}),
             mm_processor_kwargs=dict(MM_PROCESSOR_KWARGS),
             seed=seed,
+            worker_extension_cls=EXTENSION,
             **engine_kwargs,
         )
+        if kv_cache_gib is not None:
+            args["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
         if asynchronous:
             from vllm.engine.arg_utils import AsyncEngineArgs
             from vllm.v1.engine.async_llm import AsyncLLM
@@ -80,7 +163,8 @@ class VLLMEngine(EngineBase):
             from vllm import LLM
 
             llm = LLM(**args)
-        return cls(llm, load_any_adapter(model_dir), asynchronous=asynchronous)
+        return cls(llm, load_any_adapter(model_dir), asynchronous=asynchronous, sync_dir=sync_dir,
+                   sync_bucket_bytes=int(sync_bucket_mb * 2**20))
 
     def _request(self, prompt: PromptInputs) -> dict[str, Any]:
         data: dict[str, Any] = {}
@@ -90,7 +174,7 @@ class VLLMEngine(EngineBase):
             from PIL import Image
 
             data["image"] = [Image.fromarray(img) for img in prompt.images]
-        request: dict[str, Any] = {"prompt_token_ids": list(prompt.input_ids)}
+        request: dict[str, Any] = {"prompt_token_ids": vllm_prompt_ids(prompt, self.adapter)}
         if data:
             request["multi_modal_data"] = data
             request["mm_processor_kwargs"] = dict(MM_PROCESSOR_KWARGS)
@@ -100,7 +184,7 @@ class VLLMEngine(EngineBase):
         from vllm import SamplingParams as VllmSamplingParams
 
         return VllmSamplingParams(
-            n=params.n,
+            n=1 if params.greedy else params.n,  # vLLM refuses n > 1 when greedy: decode once, repeat
             max_tokens=params.max_new_tokens,
             temperature=params.temperature,
             top_p=params.top_p,
@@ -113,17 +197,30 @@ class VLLMEngine(EngineBase):
             repetition_penalty=1.0,
             presence_penalty=params.presence_penalty,
             skip_special_tokens=True,
+            logprobs=0 if params.logprobs else None,  # the sampled token's (raw) log-prob
         )
 
-    def _generations(self, output: Any) -> list[Generation]:
-        return [
+    def _generations(self, prompt: PromptInputs, output: Any, params: SamplingParams) -> list[Generation]:
+        ran = list(output.prompt_token_ids or [])
+        if ran != list(prompt.input_ids):
+            first = next((i for i, (a, b) in enumerate(zip(ran, prompt.input_ids)) if a != b),
+                         min(len(ran), len(prompt.input_ids)))
+            raise PromptMismatch(
+                f"vLLM ran a prompt of {len(ran)} tokens where the trainer's has {len(prompt.input_ids)}; "
+                f"first difference at token {first}. Rollouts would be scored on a different prompt.")
+        gens = [
             Generation(
                 token_ids=list(c.token_ids),
                 text=self.adapter.decode(c.token_ids),
                 finish_reason="stop" if c.finish_reason == "stop" else "length",
+                logprobs=_sampled_logprobs(c) if params.logprobs else None,
             )
             for c in output.outputs
         ]
+        if params.greedy and params.n > 1:  # independent copies: callers may annotate each sample
+            gens = [Generation(list(g.token_ids), g.text, g.finish_reason,
+                               None if g.logprobs is None else list(g.logprobs)) for g in gens * params.n]
+        return gens
 
     def generate(self, prompts: Sequence[PromptInputs], params: SamplingParams) -> list[list[Generation]]:
         if self.asynchronous:
@@ -131,7 +228,7 @@ class VLLMEngine(EngineBase):
         outputs = self.llm.generate(
             [self._request(p) for p in prompts], self._sampling_params(params), use_tqdm=False
         )
-        return [self._generations(o) for o in outputs]
+        return [self._generations(p, o, params) for p, o in zip(prompts, outputs)]
 
     async def agenerate(self, prompts: Sequence[PromptInputs], params: SamplingParams) -> list[list[Generation]]:
         if not self.asynchronous:
@@ -144,11 +241,83 @@ class VLLMEngine(EngineBase):
             final = None
             async for out in self.llm.generate(self._request(prompt), sampling, request_id=uuid.uuid4().hex):
                 final = out
-            return self._generations(final)
+            return self._generations(prompt, final, params)
 
         return list(await asyncio.gather(*(one(p) for p in prompts)))
 
-    def update_weights(self, weights: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None:
-        """Load new policy weights into every vLLM worker's model (via `LLM.apply_model`)."""
-        items = list(weights.items() if isinstance(weights, Mapping) else weights)
-        self.llm.apply_model(lambda model: model.load_weights(weights=items))
+    # -- weights -----------------------------------------------------------------------------------
+
+    @property
+    def dtype(self) -> Any:
+        """The dtype the engine's model runs in (what `update_weights` sends)."""
+        config = getattr(self.llm, "model_config", None) or self.llm.llm_engine.model_config
+        return config.dtype
+
+    def update_weights(self, weights: Mapping[str, Any] | Iterable[tuple[str, Any]], *,
+                       bucket_bytes: int | None = None) -> SyncReport:
+        """Load new policy weights (transformers state-dict names, any dtype, tensors or DTensors, a
+        dict or a stream of pairs) into every vLLM worker in place, then reset the prefix and encoder
+        caches. Blocking engine only (`aupdate_weights` for AsyncLLM)."""
+        if self.asynchronous:
+            raise RuntimeError("VLLMEngine built with asynchronous=True: call `await engine.aupdate_weights(...)`")
+        rpc = self.llm.collective_rpc
+        start = time.perf_counter()
+        stats: dict[str, int] = {}
+        buckets = 0
+        rpc("evr1_sync_begin")
+        try:
+            for path in write_buckets(weights, self._sync_dir(), dtype=self.dtype,
+                                      bucket_bytes=bucket_bytes or self.sync_bucket_bytes, stats=stats):
+                try:
+                    rpc("evr1_sync_load", args=(str(path),))
+                    buckets += 1
+                finally:
+                    path.unlink(missing_ok=True)
+        finally:
+            rpc("evr1_sync_end")
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError("update_weights: vLLM could not reset its prefix cache (requests still running)")
+        self.llm.llm_engine.reset_encoder_cache()
+        return self._report(stats, buckets, start)
+
+    async def aupdate_weights(self, weights: Mapping[str, Any] | Iterable[tuple[str, Any]], *,
+                              bucket_bytes: int | None = None) -> SyncReport:
+        """`update_weights` for either engine, from asyncio (no requests may be in flight)."""
+        if not self.asynchronous:
+            import asyncio
+
+            return await asyncio.to_thread(self.update_weights, weights, bucket_bytes=bucket_bytes)
+        rpc = self.llm.collective_rpc
+        start = time.perf_counter()
+        stats: dict[str, int] = {}
+        buckets = 0
+        await rpc("evr1_sync_begin")
+        try:
+            for path in write_buckets(weights, self._sync_dir(), dtype=self.dtype,
+                                      bucket_bytes=bucket_bytes or self.sync_bucket_bytes, stats=stats):
+                try:
+                    await rpc("evr1_sync_load", args=(str(path),))
+                    buckets += 1
+                finally:
+                    path.unlink(missing_ok=True)
+        finally:
+            await rpc("evr1_sync_end")
+        if not await self.llm.reset_prefix_cache():
+            raise RuntimeError("aupdate_weights: vLLM could not reset its prefix cache (requests still running)")
+        await self.llm.reset_encoder_cache()
+        return self._report(stats, buckets, start)
+
+    def _sync_dir(self) -> str:
+        from evr1.engines.vllm_sync import default_sync_dir
+
+        return self.sync_dir or default_sync_dir()
+
+    def _report(self, stats: dict[str, int], buckets: int, start: float) -> SyncReport:
+        self.last_sync = SyncReport(stats.get("tensors", 0), stats.get("bytes", 0), buckets,
+                                    time.perf_counter() - start)
+        return self.last_sync
+
+
+def _sampled_logprobs(completion: Any) -> list[float]:
+    """The log-prob vLLM reported for each sampled token of one completion."""
+    return [float(step[tok].logprob) for tok, step in zip(completion.token_ids, completion.logprobs or [])]

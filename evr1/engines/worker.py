@@ -34,5 +34,5 @@ class EngineWorker:
         else:
             async with self._lock:  # a blocking engine is not thread-safe: one call at a time
                 outs = await self.engine.agenerate(prompts, sampling)
-        return [[{"token_ids": g.token_ids, "text": g.text, "finish_reason": g.finish_reason} for g in group]
-                for group in outs]
+        return [[{"token_ids": g.token_ids, "text": g.text, "finish_reason": g.finish_reason, "logprobs": g.logprobs}
+                 for g in group] for group in outs]

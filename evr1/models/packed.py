@@ -17,9 +17,25 @@ its own positions:
 Qwen3.5's gated-delta-net layers carry a causal convolution and a recurrent state across the whole
 row, which transformers' torch kernels do not reset at sequence boundaries: that family stays on
 the padded path (`supports_packing`).
+
+One position rule for rollout and training (`use_reference_position_rule`, applied on import):
+transformers 5.19's Qwen2-VL / Qwen2.5-VL `get_rope_index` starts the text after an image or video at
+`start + max(h, w)`; Qwen's reference code, and vLLM 0.32 (the rollout engine), at
+`max(vision positions) + 1`. The two differ whenever a video's temporal extent (Qwen2.5-VL: its last
+temporal position, `(groups − 1) · tokens_per_second · seconds_per_group`; Qwen2-VL: its group count)
+exceeds its spatial one, the usual case for real videos, so rollout and training would score different
+sequences. The released checkpoints were trained with the reference rule, so the trainer side is
+aligned to it: both families' `get_rope_index` are replaced by one that differs from transformers'
+only in that start position (vision positions are transformers' own `get_vision_position_ids`).
+Every transformers path in a process that imported this module uses it: the padded and packed
+log-probs, `generate` (HF engine) and `shared_prefix`. Qwen3-VL is untouched: each of its frame
+groups is its own vision block with one temporal position, where the two rules agree.
 """
 
 from __future__ import annotations
+
+import itertools
+from typing import Any
 
 import torch
 from transformers import PreTrainedModel
@@ -82,3 +98,76 @@ def padding_share(lengths: list[int]) -> float:
     if not lengths:
         return 0.0
     return 1.0 - sum(lengths) / (len(lengths) * max(lengths))
+
+
+def _reference_rope_index(scaled_time: bool):
+    """`get_rope_index` for Qwen2-VL (`scaled_time=False`) or Qwen2.5-VL (True) with the reference rule:
+    text after a vision block starts at max(its positions) + 1. Same signature and outputs as
+    transformers 5.19's otherwise."""
+
+    def get_rope_index(
+        self: Any,
+        input_ids: torch.LongTensor,
+        mm_token_type_ids: torch.IntTensor,
+        *,
+        image_grid_thw: torch.LongTensor | None = None,
+        video_grid_thw: torch.LongTensor | None = None,
+        second_per_grid_ts: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        merge = self.config.vision_config.spatial_merge_size
+        tokens_per_second = getattr(self.config.vision_config, "tokens_per_second", 1)
+        position_ids = torch.zeros(3, *input_ids.shape, dtype=input_ids.dtype, device=input_ids.device)
+        grids = {1: iter(image_grid_thw) if image_grid_thw is not None else None,
+                 2: iter(video_grid_thw) if video_grid_thw is not None else None}
+        seconds = iter(second_per_grid_ts) if second_per_grid_ts is not None else itertools.repeat(1)
+        deltas = []
+        for b, ids in enumerate(input_ids):
+            types = mm_token_type_ids[b]
+            if attention_mask is not None:
+                keep = attention_mask[b].bool()
+                ids, types = ids[keep], types[keep]
+            parts, pos = [], 0
+            for kind, group in itertools.groupby(types.tolist()):
+                n = len(list(group))
+                if kind == 0:
+                    parts.append(torch.arange(n, device=input_ids.device).view(1, -1).expand(3, -1) + pos)
+                    pos += n
+                    continue
+                grid = next(grids[kind])
+                interval = tokens_per_second * next(seconds) if (scaled_time and kind == 2) else 1
+                vision = self.get_vision_position_ids(pos, grid, 1, merge, interval, device=input_ids.device)
+                parts.append(vision)
+                pos = int(vision.max()) + 1  # transformers 5.19: pos += max(h, w) // merge
+            positions = torch.cat(parts, dim=1).reshape(3, -1)
+            if attention_mask is not None:
+                position_ids[:, b, attention_mask[b].bool()] = positions.to(position_ids.device)
+            else:
+                position_ids[:, b] = positions.to(position_ids.device)
+            deltas.append(positions.max() + 1 - len(ids))
+        return position_ids, torch.tensor(deltas, device=input_ids.device).unsqueeze(1)
+
+    get_rope_index.evr1_reference_rule = True  # type: ignore[attr-defined]
+    return get_rope_index
+
+
+def use_reference_position_rule() -> list[str]:
+    """Give transformers' Qwen2-VL and Qwen2.5-VL models the reference (and vLLM's) M-RoPE start rule
+    for text after vision (module docstring). Idempotent; returns the classes it patched this call."""
+    from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl
+    from transformers.models.qwen2_vl import modeling_qwen2_vl
+
+    patched = []
+    for cls, scaled in ((modeling_qwen2_vl.Qwen2VLModel, False), (modeling_qwen2_5_vl.Qwen2_5_VLModel, True)):
+        if getattr(cls.get_rope_index, "evr1_reference_rule", False):
+            continue
+        if not hasattr(cls, "get_vision_position_ids"):
+            raise RuntimeError(f"{cls.__name__}: no get_vision_position_ids (transformers changed; see evr1/models/packed.py)")
+        cls.evr1_transformers_get_rope_index = cls.get_rope_index
+        cls.get_rope_index = _reference_rope_index(scaled)
+        patched.append(cls.__name__)
+    return patched
+
+
+use_reference_position_rule()

@@ -44,6 +44,15 @@ DEFAULT_SIZES: dict[str, Any] = {
     "vision_heads": 2,
     "max_position_embeddings": 8192,
 }
+# Sizes vLLM's CPU attention serves (head_dim ≥ 32; it supports 32, 64, 80, 96, 112, 128, …): the
+# defaults' head_dim is 16. `make_tiny(fam, dir, **VLLM_SIZES)`.
+VLLM_SIZES: dict[str, Any] = {"num_attention_heads": 2, "num_key_value_heads": 1}
+# `init="prompt_dependent"`: every weight matrix re-drawn from N(0, this²). At transformers' default
+# initializer range (0.02) a tiny model's greedy output is one token repeated whatever the prompt, so
+# comparing two engines' greedy tokens on it proves nothing; at 0.15 the output follows the prompt
+# (text, image and video alike) and fp32 log-probs keep clear margins between the top tokens.
+PROMPT_DEPENDENT_STD = 0.15
+INITS = ("default", "prompt_dependent")
 
 # Words the demo's prompts, answers and reasoning use, so they tokenize into few tokens.
 _WORDS = (
@@ -217,18 +226,49 @@ def _processor_configs(fam: Family, layout: str) -> tuple[dict[str, Any], dict[s
     return image, video
 
 
-def make_tiny(family: str, out_dir: str | PathLike, *, seed: int = 0, **size_overrides: Any) -> Path:
+def head_dim(family: str, **size_overrides: Any) -> int:
+    """The decoder's attention head size `make_tiny(family, ..., **size_overrides)` builds."""
+    sizes = {**DEFAULT_SIZES, **size_overrides}
+    per_head = sizes["hidden_size"] // sizes["num_attention_heads"]
+    return 2 * per_head if family == "qwen3_5" else per_head
+
+
+def _redraw(model: torch.nn.Module, std: float, seed: int) -> None:
+    """Every weight matrix (≥ 2-D floating parameter) from N(0, std²), seeded; norms and biases kept."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for _, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+            if p.dim() >= 2 and p.is_floating_point():
+                p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32).to(p.dtype) * std)
+
+
+def make_tiny(family: str, out_dir: str | PathLike, *, seed: int = 0, init: str = "default",
+              **size_overrides: Any) -> Path:
     """Write a random-weight checkpoint of `family` to `out_dir` and return the directory.
 
     Deterministic for a seed: the same seed and sizes give byte-identical files. `size_overrides`
-    may change any key of `DEFAULT_SIZES` (e.g. `hidden_size=128, num_hidden_layers=4`).
+    may change any key of `DEFAULT_SIZES` (e.g. `hidden_size=128, num_hidden_layers=4`;
+    `**VLLM_SIZES` for a model vLLM's CPU attention runs). `init="prompt_dependent"` re-draws the
+    weight matrices so that greedy outputs depend on the prompt (see `PROMPT_DEPENDENT_STD`).
     """
     if family not in _BUILDERS:
         raise ValueError(f"make_tiny: family {family!r} is not buildable (choose from {sorted(_BUILDERS)})")
+    if init not in INITS:
+        raise ValueError(f"make_tiny: field init has invalid value {init!r} (choose from {list(INITS)})")
+    bad = {k: v for k, v in size_overrides.items() if not isinstance(v, int) or isinstance(v, bool) or v < 1}
+    if bad:
+        raise ValueError(f"make_tiny: size overrides must be positive integers, got {bad}")
     unknown = set(size_overrides) - set(DEFAULT_SIZES)
     if unknown:
         raise ValueError(f"make_tiny: unknown size overrides {sorted(unknown)} (known: {sorted(DEFAULT_SIZES)})")
     sizes = {**DEFAULT_SIZES, **size_overrides}
+    for heads in ("num_attention_heads", "vision_heads"):
+        width = sizes["hidden_size" if heads == "num_attention_heads" else "vision_hidden_size"]
+        if width % sizes[heads]:
+            raise ValueError(f"make_tiny: {heads}={sizes[heads]} does not divide its hidden size {width}")
+    if sizes["num_attention_heads"] % sizes["num_key_value_heads"]:
+        raise ValueError(f"make_tiny: num_key_value_heads={sizes['num_key_value_heads']} does not divide "
+                         f"num_attention_heads={sizes['num_attention_heads']}")
     fam = FAMILIES[family]
     text_builder, vision_builder, template, layout = _BUILDERS[family]
     out = Path(out_dir)
@@ -249,6 +289,8 @@ def make_tiny(family: str, out_dir: str | PathLike, *, seed: int = 0, **size_ove
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = getattr(transformers, fam.model_class)(config)
+    if init == "prompt_dependent":
+        _redraw(model, PROMPT_DEPENDENT_STD, seed)
     # Real Qwen checkpoints stop on <|im_end|> or <|endoftext|> and pad with <|endoftext|>.
     model.generation_config = GenerationConfig(
         bos_token_id=ids["bos"], eos_token_id=[ids["eos"], tid("<|endoftext|>")], pad_token_id=ids["pad"]

@@ -1,0 +1,211 @@
+"""The project's VLLMEngine against the trainer and the HF engine, on vLLM's real code path (CPU, fp32).
+
+Per family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) and kind (text, image, video, several videos, image +
+video, and a video whose temporal extent exceeds its spatial one):
+
+- the prompt vLLM runs is `encode_prompt(...).input_ids`, timestamps included;
+- greedy tokens equal the HF engine's, and vLLM's per-token log-probs equal the trainer's
+  (`response_log_probs`, padded and packed) within 1e-4;
+- after a weight sync to perturbed weights, every prompt and medium served before gives the new
+  weights' HF output (caches follow), and after syncing back the old one;
+- once with vLLM's default multiprocess engine, where every RPC crosses process boundaries.
+
+Tiny models: head_dim 32 (vLLM's CPU attention has no 16) and prompt-dependent weights (default
+tiny weights emit one token whatever the prompt, so equal greedy tokens would prove nothing).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from evr1.engines import SamplingParams
+from evr1.engines.hf import HFEngine
+from evr1.engines.vllm_engine import VLLMEngine
+from evr1.models import load_adapter, make_tiny
+from evr1.models.packed import packed_response_log_probs
+from evr1.models.runtime import response_log_probs
+from evr1.models.tiny import VLLM_SIZES
+from evr1.video.clip import VideoClip
+
+pytestmark = pytest.mark.vllm
+
+FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+KINDS = ("text", "image", "video", "videos", "image_video", "long_video")
+TOL = 1e-4
+GREEDY = SamplingParams(n=1, max_new_tokens=12, temperature=0.0, logprobs=True)
+ENGINE = {"dtype": "float32", "enforce_eager": True, "max_model_len": 4096, "kv_cache_gib": 0.5, "seed": 0}
+
+
+def _clip(side: int, t: int, seed: int) -> VideoClip:
+    frames = np.random.default_rng(seed).integers(0, 256, (t, side, side, 3), dtype=np.uint8)
+    return VideoClip(frames=frames, fps=2.0, frame_indices=list(range(0, 2 * t, 2)), total_frames=2 * t, duration=t)
+
+
+def _image(f: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (2 * f, 3 * f, 3), dtype=np.uint8)
+
+
+def make_prompts(adapter) -> dict:
+    """One prompt per kind. `long_video`: 8 frames of 2×2 merged tokens, so its temporal positions
+    (Qwen2.5-VL: 0, 4, 8, 12; Qwen2-VL: 0..3) pass its spatial ones (0..1)."""
+    f = adapter.video.factor
+    enc = adapter.encode_prompt
+    return {
+        "text": enc("Question: what color is the square moving left? Options: A. red B. blue"),
+        "image": enc("<image>Describe the image. Which object appears first?", images=[_image(f, 1)]),
+        "video": enc("<video>What happens in this video? Answer yes or no.", videos=[_clip(2 * f, 4, 2)]),
+        "videos": enc("<video>first clip, <video>second clip: which moves right?",
+                      videos=[_clip(2 * f, 4, 3), _clip(2 * f, 6, 4)]),
+        "image_video": enc("<image>this frame <video>and this video: count the objects.",
+                           images=[_image(f, 5)], videos=[_clip(2 * f, 4, 6)]),
+        "long_video": enc("<video>How many seconds does the red circle move?", videos=[_clip(2 * f, 8, 7)]),
+    }
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("vllm_models")
+    return {fam: make_tiny(fam, root / fam, seed=11, init="prompt_dependent", **VLLM_SIZES) for fam in FAMILIES}
+
+
+def build_vllm(model_dir, *, multiprocess: bool, **kwargs) -> VLLMEngine:
+    import vllm.envs
+
+    vllm.envs.disable_envs_cache()  # an in-process engine core caches the env: read it afresh
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if multiprocess else "0"
+    return VLLMEngine.from_pretrained(model_dir, **{**ENGINE, **kwargs})
+
+
+def close(engine: VLLMEngine) -> None:
+    engine.llm.llm_engine.engine_core.shutdown()
+    del engine
+    gc.collect()
+
+
+class Family:
+    """One family's engines and prompts, built once per module and family."""
+
+    def __init__(self, name: str, model_dir) -> None:
+        self.name = name
+        self.model_dir = model_dir
+        self.adapter = load_adapter(model_dir)
+        self.prompts = make_prompts(self.adapter)
+        self.hf = HFEngine.from_pretrained(model_dir, dtype=torch.float32, device="cpu")
+        self.base = {k: v.detach().clone() for k, v in self.hf.model.state_dict().items()}
+        self.vllm = build_vllm(model_dir, multiprocess=False)
+
+    def perturbed(self, seed: int = 5, scale: float = 0.05) -> dict[str, torch.Tensor]:
+        gen = torch.Generator().manual_seed(seed)
+        return {k: (v + scale * torch.randn(v.shape, generator=gen) if v.is_floating_point() else v)
+                for k, v in self.base.items()}
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def fam(request, model_dirs):
+    f = Family(request.param, model_dirs[request.param])
+    yield f
+    close(f.vllm)
+
+
+def trainer_log_probs(hf: HFEngine, adapter, prompt, tokens: list[int], *, packed: bool) -> list[float]:
+    """The trainer's log-probs of `tokens` after `prompt` (evr1.models.runtime / packed)."""
+    batch = adapter.collate([prompt], [tokens]).to("cpu", dtype=torch.float32)
+    with torch.no_grad():
+        lp, _ = (packed_response_log_probs if packed else response_log_probs)(hf.model, batch)
+    return lp[0, : len(tokens)].tolist()
+
+
+def assert_parity(f: Family, kinds=KINDS) -> None:
+    """Greedy tokens equal the HF engine's; vLLM's log-probs equal the trainer's (padded and packed)."""
+    prompts = [f.prompts[k] for k in kinds]
+    ours = f.vllm.generate(prompts, GREEDY)
+    theirs = f.hf.generate(prompts, GREEDY)
+    for kind, prompt, (v,), (h,) in zip(kinds, prompts, ours, theirs):
+        assert v.token_ids == h.token_ids, f"{f.name} {kind}: vLLM {v.token_ids} != HF {h.token_ids}"
+        assert v.logprobs is not None and len(v.logprobs) == len(v.token_ids)
+        for packed in (False, True):
+            ref = trainer_log_probs(f.hf, f.adapter, prompt, v.token_ids, packed=packed)
+            gap = max(abs(a - b) for a, b in zip(v.logprobs, ref))
+            assert gap <= TOL, f"{f.name} {kind}: |Δ log-prob| {gap:.2e} > {TOL} (packed={packed})"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_vllm_runs_the_trainers_prompt(fam, kind):
+    prompt = fam.prompts[kind]
+    from vllm import SamplingParams as VSP
+
+    (out,) = fam.vllm.llm.generate([fam.vllm._request(prompt)], VSP(max_tokens=1, temperature=0), use_tqdm=False)
+    assert list(out.prompt_token_ids) == prompt.input_ids
+    if kind != "text":
+        assert len(fam.vllm._request(prompt)["prompt_token_ids"]) < len(prompt.input_ids)  # sent folded
+
+
+def test_outputs_depend_on_the_prompt(fam):
+    outs = fam.vllm.generate(list(fam.prompts.values()), GREEDY)
+    assert len({tuple(o[0].token_ids) for o in outs}) >= 3
+
+
+def test_greedy_tokens_and_log_probs_equal_hf_and_trainer(fam):
+    assert_parity(fam)
+
+
+def test_long_video_exercises_the_position_rule(fam):
+    """The long video is where transformers 5.19's own rule would differ from vLLM's (defect D)."""
+    if fam.name == "qwen3_vl":
+        pytest.skip("Qwen3-VL: one temporal position per frame group; the rules agree")
+    inner = fam.hf.model.model
+    batch = fam.adapter.collate([fam.prompts["long_video"]])
+    kw = dict(input_ids=batch.input_ids, mm_token_type_ids=batch.mm_token_type_ids,
+              attention_mask=batch.attention_mask,
+              **{k: batch.mm[k] for k in ("video_grid_thw", "second_per_grid_ts") if k in batch.mm})
+    ours, _ = inner.get_rope_index(**kw)
+    transformers_rule, _ = type(inner).evr1_transformers_get_rope_index(inner, **kw)
+    assert not torch.equal(ours, transformers_rule)
+
+
+def test_weight_sync_moves_weights_and_the_caches_follow(fam):
+    prompts = list(fam.prompts.values())
+    assert_parity(fam)  # served first: prefix and encoder caches now hold the base weights' results
+    old = [o[0].token_ids for o in fam.vllm.generate(prompts, GREEDY)]
+    new = fam.perturbed()
+    try:
+        report = fam.vllm.update_weights(new.items(), bucket_bytes=1 << 20)
+        fam.hf.update_weights(new)
+        assert report.tensors == len(new) and report.buckets >= 1
+        assert report.bytes == sum(t.numel() * 4 for t in new.values())  # sent in the engine's fp32
+        assert_parity(fam)
+        assert [o[0].token_ids for o in fam.vllm.generate(prompts, GREEDY)] != old  # the sync changed outputs
+    finally:
+        fam.vllm.update_weights(fam.base)
+        fam.hf.update_weights(fam.base)
+    assert_parity(fam)
+    assert [o[0].token_ids for o in fam.vllm.generate(prompts, GREEDY)] == old
+
+
+def test_weight_sync_in_the_default_multiprocess_engine(model_dirs):
+    """vLLM's default engine (core and worker in their own processes): the sync's RPCs cross both hops."""
+    f = Family.__new__(Family)
+    f.name, f.model_dir = "qwen2_5_vl", model_dirs["qwen2_5_vl"]
+    f.adapter = load_adapter(f.model_dir)
+    f.prompts = make_prompts(f.adapter)
+    f.hf = HFEngine.from_pretrained(f.model_dir, dtype=torch.float32, device="cpu")
+    f.base = {k: v.detach().clone() for k, v in f.hf.model.state_dict().items()}
+    f.vllm = build_vllm(f.model_dir, multiprocess=True)
+    try:
+        kinds = ("text", "image", "video", "long_video")
+        assert_parity(f, kinds)
+        new = f.perturbed(seed=9)
+        report = f.vllm.update_weights(new, bucket_bytes=256 << 10)
+        assert report.buckets > 1
+        f.hf.update_weights(new)
+        assert_parity(f, kinds)
+        f.vllm.update_weights(f.base)
+        f.hf.update_weights(f.base)
+        assert_parity(f, kinds)
+    finally:
+        close(f.vllm)
