@@ -232,15 +232,30 @@ class Recorder:
     def __call__(self, name: str, stage_task, *args):
         t0 = datetime.now(timezone.utc)
         state = stage_task(*args, return_state=True)
+        rebuilt = False
+        if state.name == "Cached" and (missing := _missing_outputs(state.result())):
+            # The cache remembers a result whose files were deleted since: serving it would fail the
+            # next stage (and every retry) the same way. Run the stage again and replace the entry.
+            get_run_logger().warning(f"{name}: the cached result's output {missing[0]} is gone"
+                                     f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}: running it again")
+            state = stage_task.with_options(refresh_cache=True)(*args, return_state=True)
+            rebuilt = True
         seconds = (datetime.now(timezone.utc) - t0).total_seconds()
         if state.name == "Cached":
             status = "cached"
+        elif rebuilt and state.is_completed():
+            status = "rebuilt"
         elif state.is_completed():
             status = "earlier" if state.timestamp is not None and state.timestamp < self.started else "ran"
         else:
             status = "failed"
         self.rows[name] = {"status": status, "seconds": seconds}
         return state.result()  # raises the stage's error when it failed
+
+
+def _missing_outputs(result: StageResult | list[StageResult]) -> list[str]:
+    results = result if isinstance(result, list) else [result]
+    return [p for r in results if isinstance(r, StageResult) for p in r.missing_outputs()]
 
 
 def _row(key: str, result: StageResult | None, seen: dict | None) -> run_summary.StageRow:

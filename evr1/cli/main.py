@@ -79,6 +79,7 @@ def _main(debug: Annotated[bool, typer.Option("--debug", help="show the full tra
         _DEBUG["on"] = True
 
 
+FORCEABLE = ("ingest", "model", "cache", "train", "merge", "eval")  # the stage tasks' names
 Overrides = Annotated[Optional[list[str]], typer.Argument(help="overrides: section.key=value")]
 
 
@@ -123,15 +124,25 @@ def _refuse(path: Path, problems: list[str]) -> None:
 
 
 @app.command()
-def run(config: Path = typer.Argument(Path("conf/tiny.yaml")), overrides: Overrides = None) -> None:
+def run(config: Path = typer.Argument(Path("conf/tiny.yaml")), overrides: Overrides = None,
+        force: Annotated[Optional[list[str]], typer.Option(
+            "--force", metavar="STAGE",
+            help="run STAGE again instead of serving it from the cache (repeat for several; `all`: every "
+                 "stage); stages: " + ", ".join(FORCEABLE))] = None) -> None:
     """Run the whole train-and-eval DAG as a Prefect flow."""
     cfg = _config(config, overrides, USES["run"])
+    unknown = sorted(set(force or []) - set(FORCEABLE) - {"all"})
+    if unknown:
+        print(f"evr1: error: --force {', '.join(unknown)}: not a stage (stages: {', '.join(FORCEABLE)}, or all)",
+              file=sys.stderr)
+        raise typer.Exit(2)
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
     from flows.train_and_eval import train_and_eval
 
     with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
-        results = train_and_eval(str(config), list(overrides or []))
+        results = train_and_eval(str(config), list(overrides or []),
+                                 force=True if "all" in (force or []) else list(force or []))
     root = cfg.run_dir()
     console.rule("[bold green]evr1: done")
     for r in results.values():

@@ -15,6 +15,7 @@ from pathlib import Path
 STATUS_TEXT: dict[str, str] = {
     "ran": "ran",
     "cached": "cached",
+    "rebuilt": "ran again (its cached outputs were gone)",
     "earlier": "done in an earlier attempt",
     "failed": "**failed**",
     "skipped": "not reached",
@@ -53,9 +54,9 @@ def render(title: str, rows: Sequence[StageRow], *, links: Mapping[str, str] = {
     for r in rows:
         outputs = "<br>".join(f"`{o}`" for o in r.outputs if o)
         lines.append(f"| {r.name} | {STATUS_TEXT[r.status]} | {_duration(r.seconds)} | {_metrics(r.metrics)} | {outputs} |")
-    ran = sum(r.seconds or 0.0 for r in rows if r.status == "ran")
+    ran = sum(r.seconds or 0.0 for r in rows if r.status in ("ran", "rebuilt"))
     counts = {s: sum(r.status == s for r in rows) for s in STATUS_TEXT}
-    lines += ["", f"{counts['ran']} ran ({_duration(ran)}), {counts['cached'] + counts['earlier']} reused, "
+    lines += ["", f"{counts['ran'] + counts['rebuilt']} ran ({_duration(ran)}), {counts['cached'] + counts['earlier']} reused, "
                   f"{counts['failed']} failed."]
     if links:
         lines += [""] + [f"- {name}: {url}" for name, url in links.items()]
