@@ -284,11 +284,27 @@ def synth(out: Path, n: Annotated[int, typer.Option(help="number of samples")] =
 
 @app.command("make-tiny")
 def make_tiny(out: Path, family: Annotated[str, typer.Option(help="qwen2_vl | qwen2_5_vl | qwen3_vl")] = "qwen3_vl",
-              seed: Annotated[int, typer.Option()] = 0) -> None:
+              seed: Annotated[int, typer.Option(help="weight seed")] = 0,
+              init: Annotated[str, typer.Option(help="default | prompt_dependent (greedy outputs that depend "
+                                                     "on the prompt, for comparing engines)")] = "default",
+              for_vllm: Annotated[bool, typer.Option("--for-vllm", help="head_dim 32, which vLLM's CPU "
+                                                     "attention needs (the defaults have 16)")] = False,
+              size: Annotated[Optional[list[str]], typer.Option(
+                  "--size", metavar="KEY=INT", help="override one of evr1.models.tiny.DEFAULT_SIZES "
+                  "(repeat), e.g. --size hidden_size=128")] = None) -> None:
     """Build a tiny random-weight model of a Qwen-VL family, offline, as a Hugging Face directory."""
     from evr1.models import make_tiny as build
+    from evr1.models.tiny import DEFAULT_SIZES, VLLM_SIZES
 
-    console.print(f"tiny {family} model written to {build(family, out, seed=seed)}")
+    sizes: dict = dict(VLLM_SIZES) if for_vllm else {}
+    for item in size or []:
+        key, sep, value = item.partition("=")
+        if not sep or key not in DEFAULT_SIZES or not value.strip().lstrip("-").isdigit():
+            print(f"evr1: error: --size {item!r}: expected KEY=INT with KEY one of {', '.join(sorted(DEFAULT_SIZES))}",
+                  file=sys.stderr)
+            raise typer.Exit(2)
+        sizes[key] = int(value)
+    console.print(f"tiny {family} model written to {build(family, out, seed=seed, init=init, **sizes)}")
 
 
 services_app = typer.Typer(no_args_is_help=True, help="The Prefect server, a `local` worker and the MLflow UI on 127.0.0.1.")

@@ -66,6 +66,10 @@ class CacheConfig(Section):
     image_max_pixels: int | None = Field(None, ge=1)
     workers: int = Field(2, ge=0)
     timeout_s: float = Field(120.0, gt=0.0)
+    # A media file that could not be hashed in time or decoded is remembered with its reason (per run
+    # folder, by path, size and mtime) and rejected again by later builds without trying it; true: try
+    # every such file again (a timeout is also tried again whenever cache.timeout_s has grown).
+    retry_failed: bool = False
     # Lance URI of the frames table; defaults to <run folder>/lance/frames-v<store format>. Point several runs at one
     # shared URI (local or object storage) to reuse decoded frames across runs.
     uri: str | None = None

@@ -12,7 +12,6 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-
 from evr1.config.base import ConfigError
 from evr1.config.root import Config
 

@@ -6,15 +6,18 @@ from typing import Literal
 
 from pydantic import field_validator, model_validator
 
-
 from evr1.config.base import Section, refuse_hub_id
 
 
 class TinyModelConfig(Section):
     family: Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl"] = "qwen3_vl"
     seed: int = 0
-    # Overrides of evr1.models.tiny.DEFAULT_SIZES (hidden_size, num_hidden_layers, vision_depth, …).
+    # Overrides of evr1.models.tiny.DEFAULT_SIZES (hidden_size, num_hidden_layers, vision_depth, …);
+    # vLLM's CPU attention needs head_dim ≥ 32: {num_attention_heads: 2, num_key_value_heads: 1}.
     sizes: dict[str, int] = {}
+    # "prompt_dependent": weights drawn wide enough that greedy outputs depend on the prompt (for
+    # comparing engines); "default": transformers' init (every prompt gives the same tokens).
+    init: Literal["default", "prompt_dependent"] = "default"
 
     @field_validator("sizes")
     @classmethod

@@ -2,12 +2,49 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-
 from evr1.config.base import Section
+
+
+class VLLMConfig(Section):
+    """vLLM's engine options, for training rollouts and for evaluation (`rollout.engine` / `eval`'s
+    engine `vllm`; ignored by the HF engine). docs/vllm.md says what each does on GPU and on CPU."""
+
+    # The longest prompt + response the engine admits. None: the model's full context (262,144 for
+    # Qwen3-VL-8B), whose KV cache may not fit beside the model: on GPU, set it.
+    max_model_len: int | None = Field(None, ge=1)
+    gpu_memory_utilization: float = Field(0.6, gt=0.0, le=1.0)  # on CPU: the share of all RAM
+    kv_cache_gib: float | None = Field(None, gt=0.0)  # the KV budget instead of a share of memory
+    enforce_eager: bool = False  # no CUDA graphs: slower decoding, a faster start, less memory
+    enable_prefix_caching: bool = True  # the n samples of a prompt share its prefill
+    tensor_parallel_size: int = Field(1, ge=1)  # GPUs per engine (evaluation: eval.tensor_parallel when > 1)
+    limit_mm_per_prompt: dict[str, int] = {}  # e.g. {video: 2, image: 4}; {}: vLLM's defaults
+    sync_bucket_mb: float = Field(256.0, gt=0.0)  # weight hand-over in pieces of this size
+    sync_dir: str | None = None  # where the pieces go (None: $EVR1_WEIGHT_SYNC_DIR, /dev/shm, the temp dir)
+    # The sampled tokens' log-probs after temperature and top-k/top-p (what the trainer scores), or
+    # the raw model's: what `rollout/logprob_gap` and the rollout correction compare.
+    logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = "processed_logprobs"
+
+    def engine_options(self) -> dict[str, Any]:
+        """The keywords `VLLMEngine.from_pretrained` takes (unset ones left to vLLM)."""
+        out = self.model_dump()
+        if not out["limit_mm_per_prompt"]:
+            out.pop("limit_mm_per_prompt")
+        return {k: v for k, v in out.items() if v is not None}
+
+
+class RolloutCorrection(Section):
+    """Importance correction of the rollout engine's numerics (or staleness): each token's advantage
+    is weighted by π_old / π_rollout, truncated at `threshold` (TIS, Yao et al. 2025) or, with
+    `mode: mask`, tokens (or sequences) above it dropped. Needs an engine that returns log-probs (vLLM)."""
+
+    enabled: bool = False
+    level: Literal["token", "sequence"] = "token"
+    mode: Literal["truncate", "mask"] = "truncate"
+    threshold: float = Field(2.0, gt=1.0)
 
 
 class RolloutConfig(Section):
@@ -25,6 +62,8 @@ class RolloutConfig(Section):
     thinking: bool = False
     # Prompt template: a .jinja path or None for the built-in per-family templates.
     template: str | None = None
+    vllm: VLLMConfig = VLLMConfig()
+    correction: RolloutCorrection = RolloutCorrection()
 
 
 class AlgorithmConfig(Section):

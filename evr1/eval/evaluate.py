@@ -188,8 +188,10 @@ def open_engine(cfg: Config, model_dir: Path, *, engine_name: str | None = None,
 
     o = cfg.orchestration
     ensure_ray(o.ray_address, num_cpus=o.ray_num_cpus, object_store_mb=o.ray_object_store_mb)
-    tp = cfg.eval.tensor_parallel
-    options = {"tensor_parallel_size": tp} if tp > 1 else {}
+    tp = cfg.eval.tensor_parallel if cfg.eval.tensor_parallel > 1 else cfg.rollout.vllm.tensor_parallel_size
+    # vLLM's options are the rollout's (`rollout.vllm`); eval.tensor_parallel > 1 overrides its GPU count.
+    options = {**cfg.rollout.vllm.engine_options(), "tensor_parallel_size": tp, "seed": cfg.run.seed} \
+        if name == "vllm" else ({"tensor_parallel_size": tp} if tp > 1 else {})
     started = []
     try:
         for _ in range(replicas):

@@ -74,11 +74,12 @@ def stage_model(cfg: Config, *, run_key: str | None = None) -> StageResult:
     if cfg.model.path:
         return StageResult(stage="model", uri=cfg.model.path, content_hash=short_hash(cfg.model.path, file_stats(cfg.model.path)))
     tiny = cfg.model.tiny
-    suffix = f"-{short_hash(sorted(tiny.sizes.items()))[:8]}" if tiny.sizes else ""
+    shape = [*sorted(tiny.sizes.items()), *([("init", tiny.init)] if tiny.init != "default" else [])]
+    suffix = f"-{short_hash(shape)[:8]}" if shape else ""
     out = run_paths(cfg)["models"] / f"tiny-{tiny.family}-seed{tiny.seed}{suffix}"
     if not (out / "config.json").exists():
-        make_tiny(tiny.family, out, seed=tiny.seed, **tiny.sizes)
-    return StageResult(stage="model", uri=str(out), content_hash=short_hash(tiny.family, tiny.seed, *sorted(tiny.sizes.items())))
+        make_tiny(tiny.family, out, seed=tiny.seed, init=tiny.init, **tiny.sizes)
+    return StageResult(stage="model", uri=str(out), content_hash=short_hash(tiny.family, tiny.seed, *shape))
 
 
 def _media_items(samples: list[dict]) -> list[tuple[str, str, str]]:

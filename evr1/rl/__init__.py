@@ -7,6 +7,7 @@ TRL option names map onto ours.
 
 from evr1.rl.advantages import ADVANTAGE_ESTIMATORS, compute_advantages, register_estimator, scores_to_token_rewards
 from evr1.rl.aggregation import AGGREGATION_MODES, aggregate_loss
+from evr1.rl.correction import gap_metrics, importance_weights
 from evr1.rl.dapo import dynamic_sampling_keep, overlong_penalty
 from evr1.rl.entropy import entropy_from_logits, high_entropy_mask
 from evr1.rl.kl import (
@@ -32,7 +33,9 @@ __all__ = [
     "compute_advantages",
     "dynamic_sampling_keep",
     "entropy_from_logits",
+    "gap_metrics",
     "high_entropy_mask",
+    "importance_weights",
     "kl_loss",
     "kl_penalty",
     "masked_mean",

@@ -46,6 +46,13 @@ def worker_options(cfg: Config) -> dict:
     }
 
 
+def engine_options(cfg: Config) -> dict:
+    """The rollout engine's own options: `rollout.vllm` for vLLM (seeded by the run), none for HF."""
+    if cfg.rollout.engine != "vllm":
+        return {}
+    return {**cfg.rollout.vllm.engine_options(), "seed": cfg.run.seed}
+
+
 class ActorGroup:
     """The actor group: `world_size` FSDP2 ranks plus one rollout worker.
 
@@ -65,7 +72,8 @@ class ActorGroup:
         self.ranks = [Policy.remote(r, t.world_size, str(model_dir), options, spec) for r in range(t.world_size)]
         self.rollout = Rollout.remote(str(model_dir), cfg.rollout.engine,
                                       {"batch_size": cfg.rollout.batch_size, "dtype": cfg.model.dtype,
-                                       "device": t.device, "prefetch_prompts": t.prefetch_prompts}, spec)
+                                       "device": t.device, "prefetch_prompts": t.prefetch_prompts,
+                                       "engine_options": engine_options(cfg)}, spec)
         master = ray.get(self.ranks[0].endpoint.remote())
         self.all("setup", master)
 
@@ -93,11 +101,12 @@ class ActorGroup:
             first, last = k * per // n, ((k + 1) * per - 1) // n
             self.messages.call(rank.prefetch, rows[first:last + 1])
 
-    def sync_weights(self) -> None:
+    def sync_weights(self) -> dict[str, float]:
+        """The policy's weights into the rollout engine; returns what the engine reports it moved."""
         # Every rank takes part in gathering the full state dict; rank 0's result goes straight from
         # its object store to the rollout worker, never through the driver.
         refs = [r.full_state_dict.remote() for r in self.ranks]
-        gather([self.messages.call(self.rollout.set_weights, refs[0]), *refs[1:]], self)
+        return gather([self.messages.call(self.rollout.set_weights, refs[0]), *refs[1:]], self)[0]
 
     def kill(self) -> None:
         for actor in [*self.ranks, self.rollout]:

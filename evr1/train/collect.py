@@ -39,6 +39,9 @@ class Rollout:
     truncated: list[bool] = field(default_factory=list)
     baseline: list[float] = field(default_factory=list)  # remax: the greedy response's score
     offline: list[bool] = field(default_factory=list)  # mixed offline-online mode only: a trajectory, not generated
+    # The sampled tokens' log-probs under the rollout engine (None where it gives none, or for an
+    # offline trajectory): what the trainer's own log-probs are compared with (`rl.gap_metrics`).
+    behaviour: list[list[float] | None] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.responses)
@@ -59,7 +62,8 @@ class Rollout:
         return list(dict.fromkeys(self.groups))
 
 
-FIELDS = ("rows", "prompt_tokens", "responses", "texts", "groups", "scores", "truncated", "baseline", "offline")
+FIELDS = ("rows", "prompt_tokens", "responses", "texts", "groups", "scores", "truncated", "baseline", "offline",
+          "behaviour")
 Scorer = Callable[[list[str], list[dict]], tuple[list[dict], dict]]
 
 
@@ -69,7 +73,7 @@ def sampling(cfg: Config, seed: int, *, greedy: bool = False) -> dict:
     if greedy:
         return {"n": 1, "max_new_tokens": ro.max_new_tokens, "temperature": 0.0, "seed": seed, "stop": ro.stop}
     return {"n": ro.n, "max_new_tokens": ro.max_new_tokens, "temperature": ro.temperature, "top_p": ro.top_p,
-            "top_k": max(ro.top_k, 0), "seed": seed, "stop": ro.stop}
+            "top_k": max(ro.top_k, 0), "seed": seed, "stop": ro.stop, "logprobs": True}
 
 
 def draw_readable(source: PromptSource, rollout_actor, size: int, metrics: dict,
@@ -120,6 +124,7 @@ def _draw(cfg: Config, rollout_actor, source: PromptSource, adapter, score: Scor
             out.texts.append(g["text"])
             out.groups.append(first_group + i)  # per prompt slot: a repeated sample is not one merged group
             out.truncated.append(g["finish_reason"] == "length")
+            out.behaviour.append(None if swap or not g.get("logprobs") else list(g["logprobs"]))
             if mixing:
                 out.offline.append(swap)
             samples.append(reward_sample(sample))

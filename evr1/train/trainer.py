@@ -202,6 +202,9 @@ def _one_step(cfg, cluster: ActorGroup, source: PromptSource, adapter, score, st
     advantages, _ = rl.compute_advantages(a.adv_estimator, scores, batch.groups, mask, **options)
     t_adv = time.perf_counter()
 
+    weights = _rollout_correction(cfg, batch, old, mask, metrics)
+    if weights is not None:
+        advantages = advantages * weights
     token_adv = [advantages[row, :n].tolist() for row, n in enumerate(lengths)]
     shards = make_shards(data_parallel(t), batch.rows, batch.responses, token_adv, old=old, ref=ref,
                      mini_batch_size=t.mini_batch_size)
@@ -216,8 +219,9 @@ def _one_step(cfg, cluster: ActorGroup, source: PromptSource, adapter, score, st
                min_ratio=t.min_lr_ratio)
     rank_metrics = cluster.each_shard("step", shards, lr)
     t_update = time.perf_counter()
-    cluster.sync_weights()
+    moved = cluster.sync_weights()
     t_sync = time.perf_counter()
+    metrics.update({f"perf/sync_{k}": v for k, v in moved.items() if k != "seconds"})
 
     tokens = sum(batch.prompt_tokens) + sum(lengths)
     metrics.update({
@@ -239,6 +243,25 @@ def _one_step(cfg, cluster: ActorGroup, source: PromptSource, adapter, score, st
     if tables is not None:  # each response's scalar advantage: its first response token's
         tables.saw_step(batch, advantages[:, 0].tolist())
     return metrics
+
+
+def _rollout_correction(cfg: Config, batch: Rollout, old: list[list[float]], mask: torch.Tensor,
+                        metrics: dict) -> torch.Tensor | None:
+    """Compare the rollout engine's log-probs with the trainer's (`rollout/logprob_gap_*`, logged on
+    every step the engine returns them) and, with `rollout.correction.enabled`, the importance
+    weights that multiply the advantages. Responses without engine log-probs (HF, offline
+    trajectories) count as agreeing: weight 1."""
+    if not any(b is not None for b in batch.behaviour):
+        return None
+    old_t = _rows(old, mask)
+    behaviour = _rows([b if b is not None and len(b) == len(o) else o for b, o in zip(batch.behaviour, old)], mask)
+    metrics.update(rl.gap_metrics(old_t, behaviour, mask))
+    c = cfg.rollout.correction
+    if not c.enabled:
+        return None
+    weights, stats = rl.importance_weights(old_t, behaviour, mask, level=c.level, mode=c.mode, threshold=c.threshold)
+    metrics.update(stats)
+    return weights
 
 
 def _data_metrics(cluster: ActorGroup, prompts: int, rank_waits: list[float]) -> dict[str, float]:

@@ -29,7 +29,8 @@ class RolloutWorker:
         self.adapter = load_adapter(model_dir)
         # `device` None: the GPU Ray gave this actor if any, else the CPU.
         self.engine = make_engine(engine, model_dir=model_dir, batch_size=options["batch_size"],
-                                  dtype=options.get("dtype", "float32"), device=options.get("device"))
+                                  dtype=options.get("dtype", "float32"), device=options.get("device"),
+                                  **options.get("engine_options", {}))
         self.prep = PromptPrep(self.adapter, spec, limit=options.get("prefetch_prompts", 64)) if spec else None
         self.vision_passes = VisionPassCounter(getattr(self.engine, "model", None))
         self._prompts: dict[int, object] = {}
@@ -37,8 +38,8 @@ class RolloutWorker:
 
     def generate(self, prompts: list, params: dict) -> list[list[dict]]:
         outs = self.engine.generate(prompts, SamplingParams(**params))
-        return [[{"token_ids": g.token_ids, "text": g.text, "finish_reason": g.finish_reason} for g in group]
-                for group in outs]
+        return [[{"token_ids": g.token_ids, "text": g.text, "finish_reason": g.finish_reason, "logprobs": g.logprobs}
+                 for g in group] for group in outs]
 
     # -- rows in, generations out (the trainer's path) ----------------------------------------------
 
@@ -75,12 +76,15 @@ class RolloutWorker:
 
     # -- weights -----------------------------------------------------------------------------------
 
-    def set_weights(self, state_dict: dict) -> None:
+    def set_weights(self, state_dict: dict) -> dict[str, float]:
+        """Load the policy's weights into the engine; what the hand-over moved (vLLM: tensors, bytes,
+        buckets, seconds), {} for the HF engine's in-place load."""
         update = getattr(self.engine, "update_weights", None)
-        if update is not None:
-            update(state_dict)
-        else:
+        if update is None:
             self.engine.model.load_state_dict(state_dict)
+            return {}
+        report = update(state_dict)
+        return {k: float(v) for k, v in report.as_dict().items()} if hasattr(report, "as_dict") else {}
 
     def first_readable(self, rows: list[dict]) -> dict | None:
         """The first row whose media can be read here (None when none can): the input the trainer's
