@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from os import PathLike
 
 import torch
@@ -33,13 +35,17 @@ def load_model(
 
 
 def response_log_probs(
-    model: PreTrainedModel, batch: ModelBatch, *, temperature: float = 1.0, with_entropy: bool = False
+    model: PreTrainedModel, batch: ModelBatch, *, temperature: float = 1.0, with_entropy: bool = False,
+    chunk_tokens: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probabilities [B, Lr] of the response tokens under `model` (logits / temperature).
 
     One forward over prompt + response; only the Lr positions that predict response tokens get
     logits (`logits_to_keep`), and the log-softmax is taken as gather − logsumexp so no
     [B, Lr, V] log-prob tensor is kept. Positions outside `response_mask` are 0.
+    `chunk_tokens`: the model returns final hidden states instead of logits and
+    `chunked_token_log_probs` applies the output head `chunk_tokens` valid response tokens at a time,
+    so no [B, Lr, V] logits exist at all (None: today's full-logits path).
     """
     check_temperature(temperature)
     lr = batch.response_mask.shape[1]
@@ -47,6 +53,11 @@ def response_log_probs(
     if lr == 0:
         empty = batch.input_ids.new_zeros((b, 0), dtype=torch.float32)
         return empty, (empty.clone() if with_entropy else None)
+    if chunk_tokens is not None:
+        with hidden_instead_of_logits(model) as head:
+            hidden = model(**batch.model_inputs(), logits_to_keep=lr + 1, use_cache=False).logits
+        return chunked_token_log_probs(hidden[:, :-1, :], head.weight, batch.response_ids, batch.response_mask,
+                                       temperature, with_entropy, bias=head.bias, chunk_tokens=chunk_tokens)
     out = model(**batch.model_inputs(), logits_to_keep=lr + 1, use_cache=False)
     # position t predicts token t + 1
     return token_log_probs(out.logits[:, :-1, :], batch.response_ids, batch.response_mask, temperature, with_entropy)
@@ -67,6 +78,157 @@ def token_log_probs(
         entropy = log_z - (torch.softmax(logits, dim=-1) * logits).sum(-1)
         entropy = torch.where(mask, entropy, torch.zeros_like(entropy))
     return log_probs, entropy
+
+
+# Valid response tokens per logits chunk: a [chunk, V] fp32 block is 4·chunk·V bytes (2.5 GB at 4096 × 151,936),
+# and about two such blocks are alive at once, forward or backward.
+DEFAULT_CHUNK_TOKENS = 2048
+# Config fields that transform logits after the output head (the chunked path would skip them).
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
+
+
+@contextmanager
+def hidden_instead_of_logits(model: torch.nn.Module) -> Iterator[torch.nn.Linear]:
+    """Within the block, `model(...)` returns the final (normed) hidden states [B, K, H] in `.logits`
+    at the positions `logits_to_keep` selects: the output head is bypassed and yielded, so
+    `chunked_token_log_probs(hidden, head.weight, …, bias=head.bias)` applies it per chunk.
+
+    The head stays a parameter of the model: under FSDP2 it belongs to the root unit, unsharded
+    through the forward and the backward (a head wrapped in its own `fully_shard` unit would be
+    resharded after its bypassed forward: do not wrap it). Models whose config transforms logits
+    after the head (softcapping, scaling) are refused."""
+    head = model.get_output_embeddings()
+    if not isinstance(head, torch.nn.Linear):
+        raise TypeError(f"hidden_instead_of_logits: the output head is {type(head).__name__}, not nn.Linear")
+    configs = [model.config, *([model.config.get_text_config()] if hasattr(model.config, "get_text_config") else [])]
+    for cfg in configs:
+        for key in _LOGIT_TRANSFORMS:
+            value = getattr(cfg, key, None)
+            if value not in (None, 1, 1.0):
+                raise ValueError(f"hidden_instead_of_logits: {key}={value} transforms logits after the head")
+    before = head.__dict__.get("forward")
+    head.forward = _identity  # an instance attribute: the module's hooks still run, its matmul does not
+    try:
+        yield head
+    finally:
+        if before is None:
+            del head.forward
+        else:
+            head.forward = before
+
+
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+def chunked_token_log_probs(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    mask: torch.Tensor,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    *,
+    bias: torch.Tensor | None = None,
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`token_log_probs(F.linear(hidden, weight, bias), targets, mask, …)` without the [B, L, V] logits.
+
+    hidden [B, L, H]: final hidden states at the positions predicting `targets` [B, L] (position t
+    predicts token t + 1, as for `token_log_probs`); weight [V, H] (and bias [V]): the output head;
+    mask [B, L]: the valid response tokens, the only positions computed (padding never gets logits).
+    The valid positions are taken `chunk_tokens` at a time: logits in the head's dtype, then fp32 /
+    temperature, log-prob = z[target] − logsumexp(z), entropy = −Σ p·log p with p = exp(z − logsumexp)
+    (= logsumexp(z) − Σ softmax(z)·z), each chunk's fp32 blocks freed before the next. Differentiable in
+    `hidden`, `weight` and `bias`: the backward recomputes each chunk's logits, so nothing [·, V] is
+    saved between forward and backward. Returns fp32 [B, L] log-probs (and entropy), 0 off `mask`.
+    """
+    check_temperature(temperature)
+    if chunk_tokens < 1:
+        raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
+    b, length = targets.shape
+    if hidden.shape[:2] != (b, length) or mask.shape != (b, length):
+        raise ValueError(f"hidden {tuple(hidden.shape)}, targets {tuple(targets.shape)} and mask {tuple(mask.shape)} "
+                         "must agree on [B, L]")
+    index = mask.reshape(-1).bool().nonzero().squeeze(1)
+    rows = hidden.reshape(b * length, hidden.shape[-1]).index_select(0, index)
+    lp, ent = _ChunkedLogProbs.apply(rows, weight, bias, targets.reshape(-1).index_select(0, index),
+                                     float(temperature), int(chunk_tokens), bool(with_entropy))
+    zeros = torch.zeros(b * length, dtype=torch.float32, device=hidden.device)
+    log_probs = zeros.index_copy(0, index, lp).view(b, length)
+    entropy = zeros.index_copy(0, index, ent).view(b, length) if with_entropy else None
+    return log_probs, entropy
+
+
+def _chunk_log_probs(rows, weight, bias, temperature):
+    """log softmax(rows @ weightᵀ + bias) / T of one chunk as an fp32 [c, V] tensor (one allocation of
+    that size beyond the head's output), and its logsumexp [c]."""
+    z = torch.nn.functional.linear(rows, weight, bias).float()
+    if temperature != 1.0:
+        z.div_(temperature)
+    lse = torch.logsumexp(z, dim=-1)
+    return z.sub_(lse.unsqueeze(1)), lse
+
+
+class _ChunkedLogProbs(torch.autograd.Function):
+    """rows [N, H] → (log-probs [N], entropy [N]) chunk by chunk; the backward recomputes each chunk."""
+
+    @staticmethod
+    def forward(ctx, rows, weight, bias, targets, temperature, chunk, with_entropy):
+        n = rows.shape[0]
+        lp = torch.empty(n, dtype=torch.float32, device=rows.device)
+        ent = torch.zeros(n, dtype=torch.float32, device=rows.device)
+        with torch.no_grad():
+            for start in range(0, n, chunk):
+                end = min(start + chunk, n)
+                logp, _ = _chunk_log_probs(rows[start:end], weight, bias, temperature)
+                lp[start:end] = logp.gather(1, targets[start:end].unsqueeze(1)).squeeze(1)
+                if with_entropy:
+                    ent[start:end] = -(logp.exp().mul_(logp)).sum(-1)
+                del logp
+        ctx.save_for_backward(rows, weight, bias, targets, ent)
+        ctx.temperature, ctx.chunk, ctx.with_entropy = temperature, chunk, with_entropy
+        if not with_entropy:
+            ctx.mark_non_differentiable(ent)
+        return lp, ent
+
+    @staticmethod
+    def backward(ctx, grad_lp, grad_ent):
+        rows, weight, bias, targets, ent = ctx.saved_tensors
+        need_rows, need_weight, need_bias = ctx.needs_input_grad[:3]
+        grad_rows = torch.empty_like(rows) if need_rows else None
+        grad_weight = torch.zeros_like(weight) if need_weight else None
+        grad_bias = torch.zeros_like(bias) if need_bias and bias is not None else None
+        t = ctx.temperature
+        for start in range(0, rows.shape[0], ctx.chunk):
+            end = min(start + ctx.chunk, rows.shape[0])
+            with torch.no_grad():
+                logp, _ = _chunk_log_probs(rows[start:end], weight, bias, t)
+                p = logp.exp()
+                # d lp / d z = onehot(target) − p;  d H / d z = −p · (log p + H). In place: two [c, V] blocks.
+                if ctx.with_entropy and grad_ent is not None:
+                    entropy_term = logp.add_(ent[start:end].unsqueeze(1)).mul_(p).mul_(-grad_ent[start:end].unsqueeze(1))
+                else:
+                    entropy_term = None
+                del logp
+                g_lp = grad_lp[start:end].unsqueeze(1) if grad_lp is not None else None
+                grad_z = p.mul_(-g_lp) if g_lp is not None else p.zero_()
+                if entropy_term is not None:
+                    grad_z.add_(entropy_term)
+                del entropy_term, p
+                if g_lp is not None:
+                    grad_z.scatter_add_(1, targets[start:end].unsqueeze(1), g_lp)
+                if t != 1.0:
+                    grad_z.div_(t)
+                grad_logits = grad_z.to(weight.dtype)
+                del grad_z
+                if need_rows:
+                    grad_rows[start:end] = grad_logits @ weight
+                if grad_weight is not None:
+                    grad_weight.addmm_(grad_logits.t(), rows[start:end].to(weight.dtype))
+                if grad_bias is not None:
+                    grad_bias.add_(grad_logits.sum(0).to(bias.dtype))
+        return grad_rows, grad_weight, grad_bias, None, None, None, None
 
 
 def check_temperature(temperature: float) -> None:
