@@ -21,13 +21,13 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONSTRAINTS = ROOT / "constraints" / "gpu-worker.txt"
 DOCKERFILES = {"gpu": ROOT / "Dockerfile", "orchestration": ROOT / "Dockerfile.orchestration"}
 # Files only the flow's process runs (the `evr1` command starts Prefect flows; run plots are drawn for
 # MLflow by the pipeline); what they import is the orchestration image's business, not the GPU worker's.
 # Paths under evr1/ (before and after the cli/tracking packages).
-FLOW_SIDE_FILES = {"cli.py", "plots.py", "cli/main.py", "tracking/plots.py"}
+FLOW_SIDE_FILES = {"cli/main.py", "cli/services.py", "tracking/plots.py"}
 # GPU-only modules that are not installed on CPU machines, by their distribution.
 NOT_INSTALLED_HERE = {"vllm": "vllm", "flash_attn": "flash-attn"}
 
