@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import html
 import json
 import logging
 import os
@@ -159,7 +160,7 @@ def _rollout_table(artifact_file: str, rows: list[dict]) -> None:
     """A training table (`rollouts/step_000042.json`, `validation/...`) as a Prefect table artifact: one
     key per kind (`train-rollouts`, `train-validation`), a new version each step."""
     kind, _, name = artifact_file.partition("/")
-    create_table_artifact(key=_artifact_key(f"train-{kind}"), table=rows,
+    create_table_artifact(key=_artifact_key(f"train-{kind}"), table=escaped_cells(rows),
                           description=f"{kind} at step {rows[0]['step']} ({name}): prompt, response, rewards")
 
 
@@ -198,7 +199,7 @@ def _eval_table(benchmark: str, result: StageResult, model_dir: StageResult) -> 
     rows += [{"part": k, "value": round(100 * v, 2) if not k.startswith(("judge/", "undecided")) else v}
              for k, v in summary["parts"].items()]
     rows.append({"part": "coverage", "value": f"{summary['scored']}/{summary['items']} scored, {summary['failed']} failed"})
-    create_table_artifact(key=_artifact_key(f"eval-{benchmark}"), table=rows,
+    create_table_artifact(key=_artifact_key(f"eval-{benchmark}"), table=escaped_cells(rows),
                           description=f"{benchmark} ({summary['profile']} profile): {model_dir.uri}")
 
 
@@ -213,6 +214,12 @@ def report(cfg: Config, model_dir: StageResult, results: list[StageResult]) -> s
     table = suite_table(summaries, reference_model=cfg.eval.reference_model or guess_model(model_dir.uri))
     create_markdown_artifact(key="eval-suite", markdown=table, description=f"evaluation of {model_dir.uri}")
     return table
+
+
+def escaped_cells(rows: list[dict]) -> list[dict]:
+    """Table rows whose text shows as written in the Prefect UI, which renders cells as HTML: a prompt's
+    `<video>` placeholder would become an empty video element and `<answer>C</answer>` a bare `C`."""
+    return [{k: html.escape(v, quote=False) if isinstance(v, str) else v for k, v in row.items()} for row in rows]
 
 
 def _artifact_key(name: str) -> str:
@@ -250,6 +257,9 @@ class Recorder:
         else:
             status = "failed"
         self.rows[name] = {"status": status, "seconds": seconds}
+        if status == "failed":
+            error = state.result(raise_on_failure=False)
+            self.rows[name]["note"] = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         return state.result()  # raises the stage's error when it failed
 
 
@@ -262,7 +272,8 @@ def _row(key: str, result: StageResult | None, seen: dict | None) -> run_summary
     status, seconds = (seen["status"], seen["seconds"]) if seen else ("skipped", None)
     outputs = ([result.uri + (f" (v{result.version})" if result.version is not None else "")]
                if result and result.uri else [])
-    return run_summary.StageRow(key, status, seconds, dict(result.metrics) if result else {}, outputs)
+    note = (seen or {}).get("note") or (result.extra.get("note", "") if result and status == "ran" else "")
+    return run_summary.StageRow(key, status, seconds, dict(result.metrics) if result else {}, outputs, note)
 
 
 def _task_of(key: str) -> str:

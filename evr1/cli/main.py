@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import signal
 import sys
 import threading
@@ -24,6 +26,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 _DEBUG = {"on": os.environ.get("EVR1_DEBUG", "") not in ("", "0")}
+_ARGV: list[str] = []  # the command line this process was given (after the program name)
 
 
 def error_line(exc: BaseException) -> str:
@@ -49,6 +52,7 @@ class _App(typer.Typer):
     """A Typer app whose uncaught errors print one line (the traceback only with --debug)."""
 
     def __call__(self, *args, **kwargs):
+        _ARGV[:] = list(kwargs.get("args") or (args[0] if args else None) or sys.argv[1:])
         # SIGTERM unwinds like Ctrl-C: open MLflow runs close KILLED, Ray and the frame cache shut down.
         previous = signal.signal(signal.SIGTERM, _terminated) if _main_thread() else None
         try:
@@ -130,17 +134,28 @@ def run(config: Path = typer.Argument(Path("conf/tiny.yaml")), overrides: Overri
             help="run STAGE again instead of serving it from the cache (repeat for several; `all`: every "
                  "stage); stages: " + ", ".join(FORCEABLE))] = None) -> None:
     """Run the whole train-and-eval DAG as a Prefect flow."""
-    cfg = _config(config, overrides, USES["run"])
+    from evr1.cli import interrupt
+
+    cfg = _config(config, overrides, RUN_ONLY if interrupt.in_child() else USES["run"])  # the parent checked
     unknown = sorted(set(force or []) - set(FORCEABLE) - {"all"})
     if unknown:
         print(f"evr1: error: --force {', '.join(unknown)}: not a stage (stages: {', '.join(FORCEABLE)}, or all)",
               file=sys.stderr)
         raise typer.Exit(2)
+    if not interrupt.in_child():  # the flow runs in a child of its own session (Ctrl-C: cli/interrupt.py)
+        code = interrupt.supervise(_ARGV, cfg.run_dir())
+        if code == 130 and cfg.tracking.enabled:
+            _close_killed_runs(cfg)
+        raise typer.Exit(code)
+    interrupt.quiet_on_interrupt(cfg.run_dir() / "interrupt.log")
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
     from flows.train_and_eval import train_and_eval
 
-    with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+    from evr1.tracking import progress
+
+    with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}), \
+            progress.sinks(progress.StatusFile(os.environ[interrupt.STATUS_ENV])):
         results = train_and_eval(str(config), list(overrides or []),
                                  force=True if "all" in (force or []) else list(force or []))
     root = cfg.run_dir()
@@ -150,11 +165,30 @@ def run(config: Path = typer.Argument(Path("conf/tiny.yaml")), overrides: Overri
     if "eval" in results:
         console.print("\n" + Path(results["eval"].extra["table"]).read_text())
     uri = cfg.tracking.uri or f"sqlite:///{root / 'mlflow.db'}"
+    services = shlex.join([_tool("evr1"), "services", "up", str(config), *(overrides or [])])
     console.print(f"run folder:   {root}")
-    console.print(f"run summary:  {root / 'summary.md'}   (UIs in one command: evr1 services up {config})")
-    console.print(f"MLflow UI:    .venv/bin/mlflow ui --backend-store-uri {uri}   (then http://127.0.0.1:5000)")
-    console.print("Prefect UI:   .venv/bin/prefect server start   (then http://127.0.0.1:4200; start it before "
+    console.print(f"run summary:  {root / 'summary.md'}   (UIs in one command: {services})")
+    console.print(f"MLflow UI:    {_tool('mlflow')} ui --backend-store-uri {uri}   (then http://127.0.0.1:5000)")
+    console.print(f"Prefect UI:   {_tool('prefect')} server start   (then http://127.0.0.1:4200; start it before "
                   "`evr1 run` to see the flow runs there)")
+
+
+def _tool(name: str) -> str:
+    """How to call `name` from here: bare when the PATH finds this interpreter's copy, else its path."""
+    mine = Path(sys.executable).parent / name
+    found = shutil.which(name)
+    if mine.exists() and (found is None or Path(found).resolve() != mine.resolve()):
+        return str(mine)
+    return name
+
+
+def _close_killed_runs(cfg) -> None:
+    """MLflow runs an interrupted child could not close (it was killed) are closed KILLED now."""
+    from evr1.tracking import Tracker, default_tracking_uri
+
+    root = cfg.run_dir()
+    Tracker(cfg.tracking.uri or default_tracking_uri(root), cfg.tracking.experiment,
+            artifact_root=root / "mlartifacts").close_dead_runs(root)
 
 
 @app.command("config")

@@ -229,7 +229,10 @@ def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: S
                                        "actor/kl_loss", "actor/entropy") if k in final}
     return StageResult(stage="train", uri=str(result.checkpoint), version=result.steps,
                        content_hash=short_hash(fingerprint, result.steps), metrics=headline,
-                       extra={"fingerprint": fingerprint})
+                       extra={"fingerprint": fingerprint,
+                              **({"note": f"resumed at step {result.resumed_from}" if result.resumed_from < result.steps
+                                  else f"nothing to do: the checkpoint is at step {result.steps}"}
+                                 if result.resumed_from else {})})
 
 
 def stage_merge(cfg: Config, checkpoint: StageResult, model: StageResult, *,

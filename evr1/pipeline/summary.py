@@ -31,10 +31,17 @@ class StageRow:
     seconds: float | None = None
     metrics: Mapping[str, float] = field(default_factory=dict)
     outputs: Sequence[str] = ()
+    note: str = ""                    # why it failed, or what it did ("resumed at step 3")
 
     def __post_init__(self):
         if self.status not in STATUS_TEXT:
             raise ValueError(f"stage {self.name!r}: status {self.status!r} is not one of {sorted(STATUS_TEXT)}")
+
+
+def _cell(text: str, limit: int = 200) -> str:
+    """One line of text that cannot break the table (pipes escaped, newlines joined, cut at `limit`)."""
+    one = " ".join(text.split()).replace("|", "\\|")
+    return one if len(one) <= limit else one[: limit - 1] + "…"
 
 
 def _duration(seconds: float | None) -> str:
@@ -53,7 +60,8 @@ def render(title: str, rows: Sequence[StageRow], *, links: Mapping[str, str] = {
     lines = [f"# {title}", "", "| stage | status | duration | headline | outputs |", "| --- | --- | --- | --- | --- |"]
     for r in rows:
         outputs = "<br>".join(f"`{o}`" for o in r.outputs if o)
-        lines.append(f"| {r.name} | {STATUS_TEXT[r.status]} | {_duration(r.seconds)} | {_metrics(r.metrics)} | {outputs} |")
+        status = STATUS_TEXT[r.status] + (f": {_cell(r.note)}" if r.note else "")
+        lines.append(f"| {r.name} | {status} | {_duration(r.seconds)} | {_metrics(r.metrics)} | {outputs} |")
     ran = sum(r.seconds or 0.0 for r in rows if r.status in ("ran", "rebuilt"))
     counts = {s: sum(r.status == s for r in rows) for s in STATUS_TEXT}
     lines += ["", f"{counts['ran'] + counts['rebuilt']} ran ({_duration(ran)}), {counts['cached'] + counts['earlier']} reused, "

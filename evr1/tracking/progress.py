@@ -178,3 +178,38 @@ class EvalProgress:
 
     def close(self, ok: bool = True) -> None:
         self.bar.close(self.bar.total if ok else None)
+
+
+class StatusFile:
+    """A sink that keeps `{"stage", "done", "total", "unit"}` of the newest display in a JSON file
+    (replaced atomically, at most every `seconds`): how a supervising process (`evr1 run`'s, on
+    Ctrl-C) knows which stage, and which step of it, the run was in."""
+
+    def __init__(self, path: str, seconds: float = 0.5):
+        self.path, self.seconds = path, seconds
+
+    def __call__(self, name: str, total: float, unit: str) -> Bar:
+        return _StatusBar(self, name, total, unit)
+
+    def write(self, stage: str, done: float, total: float, unit: str) -> None:
+        import json
+        import os
+
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump({"stage": stage, "done": done, "total": total, "unit": unit}, f)
+        os.replace(tmp, self.path)
+
+
+class _StatusBar:
+    def __init__(self, status: StatusFile, name: str, total: float, unit: str):
+        self.status, self.name, self.total, self.unit = status, name, total, unit
+        self._push = Throttle(lambda done: status.write(name, done, total, unit), status.seconds)
+        self._push(0.0, force=True)
+
+    def update(self, done: float, **fields: float | str) -> None:
+        self._push(done)
+
+    def close(self, done: float | None = None) -> None:
+        if done is not None:
+            self._push(done, force=True)

@@ -45,6 +45,7 @@ class TrainResult:
     steps: int
     history: list[dict] = field(default_factory=list)
     before_rl: dict[str, float] = field(default_factory=dict)  # validation after the warm-up, before step 1
+    resumed_from: int = 0  # the checkpoint step this training continued from (0: it started fresh)
 
     @property
     def final_metrics(self) -> dict[str, float]:
@@ -130,7 +131,7 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
             _write_probe(cluster, source.samples, adapter, final)
     finally:
         cluster.shutdown()
-    return TrainResult(checkpoint=final, steps=step, history=history, before_rl=before_rl)
+    return TrainResult(checkpoint=final, steps=step, history=history, before_rl=before_rl, resumed_from=state["step"])
 
 
 def _kl_controller(cfg: Config, value: float | None):

@@ -1,6 +1,7 @@
 """A cached stage whose outputs were deleted runs again (and its cache entry is replaced), instead of
 serving a result that points at nothing; `evr1 run --force STAGE` names a stage to run again."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -76,3 +77,24 @@ def test_stage_results_name_their_missing_outputs(tmp_path):
     r = StageResult(stage="ingest", uri=str(kept), extra={"rejects_uri": str(gone), "fingerprint": "abc"})
     assert r.outputs() == [str(kept), str(gone)] and r.missing_outputs() == [str(gone)]
     assert StageResult(stage="model", uri="s3://bucket/model").missing_outputs() == []  # not ours to check
+
+
+@pytest.mark.e2e
+def test_table_artifacts_show_tags_as_written(prefect_harness):
+    """The Prefect UI renders table cells as HTML: prompts and answers are escaped so their tags show."""
+    from prefect import flow
+    from prefect.artifacts import create_table_artifact
+    from prefect.client.orchestration import get_client
+
+    from tasks.stages import escaped_cells
+
+    @flow
+    def publish() -> str:
+        return str(create_table_artifact(key="cells", table=escaped_cells(
+            [{"prompt": "<video> Which way?", "response": "<answer>B</answer>", "reward": 1.0}])))
+
+    artifact_id = publish()
+    with get_client(sync_client=True) as client:
+        (art,) = [a for a in client.read_artifacts() if str(a.id) == artifact_id]
+    data = art.data if isinstance(art.data, list) else json.loads(art.data)
+    assert data == [{"prompt": "&lt;video&gt; Which way?", "response": "&lt;answer&gt;B&lt;/answer&gt;", "reward": 1.0}]

@@ -21,3 +21,11 @@ def test_summary_lists_each_stage_with_status_duration_metrics_and_outputs(tmp_p
 def test_an_unknown_status_names_the_stage():
     with pytest.raises(ValueError, match="stage 'train': status 'done'"):
         StageRow("train", "done")
+
+
+def test_a_failed_stage_says_why_and_a_resumed_one_says_where():
+    rows = [StageRow("train", "ran", 10.0, note="resumed at step 3"),
+            StageRow("merge", "failed", 1.0, note="checkpoint | step_3\nhas no weights")]
+    md = render("x", rows)
+    assert "| train | ran: resumed at step 3 | 10.0 s |" in md
+    assert "| merge | **failed**: checkpoint \\| step_3 has no weights | 1.0 s |" in md

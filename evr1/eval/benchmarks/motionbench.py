@@ -22,7 +22,7 @@ from evr1.eval.benchmarks.lvbench import split_question
 from evr1.eval.extractors.derive import with_fields
 from evr1.eval.extractors.motionbench import extract
 from evr1.eval.formats import read_table
-from evr1.eval.metrics import accuracy, value
+from evr1.eval.metrics import accuracy
 from evr1.eval.prompting import finish, letters_phrase, options_block, question
 from evr1.eval.scoring import multiple_choice
 

@@ -29,7 +29,6 @@ from typing import Any
 from evr1.eval.benchmark import Benchmark, PromptContext, register_benchmark
 from evr1.eval.extractors.derive import with_fields
 from evr1.eval.extractors.tempcompass import RULES
-from evr1.eval.formats import read_table
 from evr1.eval.items import ItemError
 from evr1.eval.metrics import macro
 from evr1.eval.prompting import finish, options_block, question
