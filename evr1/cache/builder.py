@@ -8,10 +8,17 @@ the end. A build killed halfway therefore leaves a readable table holding every 
 the next build decodes only what is missing. Each task has a deadline: it stops itself cooperatively,
 and the driver force-cancels it shortly after (a decoder stuck in native code cannot hang the build).
 Every failure becomes a reject row (record id, path, reason); the rest of the build continues.
+
+Failures are remembered: a file whose hashing timed out, or that could not be decoded with these
+parameters, is noted with its reason beside the run folder's hash index (`keys.FailureIndex`, keyed
+by path, size and mtime), and the next build (by cache, train or eval) rejects it again with the same
+reason without hashing or decoding it, unless `retry_failed` is set. A timeout is retried when the
+limit has grown; a changed file is a new file; unexpected errors (kind "error") are not remembered.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -21,10 +28,26 @@ import lance
 import pyarrow as pa
 from rich.console import Console
 
-from evr1.cache.keys import HashTimeout, content_hash, frame_key, hash_index_for
+from evr1.cache.keys import (
+    Failure,
+    FailureIndex,
+    HashTimeout,
+    content_hash,
+    failure_index_for,
+    frame_key,
+    hash_index_for,
+)
 from evr1.cache.paths import resolve_media_path
-from evr1.cache.store import (build_lock, clip_row, commit_fragments, ensure_frames, existing_keys, open_table,
-                              remove_stray_files, write_fragment)
+from evr1.cache.store import (
+    build_lock,
+    clip_row,
+    commit_fragments,
+    ensure_frames,
+    existing_keys,
+    open_table,
+    remove_stray_files,
+    write_fragment,
+)
 from evr1.cluster.local import start_local
 from evr1.video.clip import FrameParams, VideoClip
 from evr1.video.decode import decode_video, load_image
@@ -35,6 +58,10 @@ COMMIT_SECONDS = 30.0  # ... or whatever finished in this long, whichever comes 
 SERIAL_BATCH_BYTES = 256 << 20  # in-process builds buffer rows up to this many frame bytes per file
 CANCEL_GRACE_S = 5.0  # the driver force-cancels a task this long after its own deadline
 RAY_OBJECT_STORE_BYTES = 256 << 20
+HASH_SCOPE = "hash"
+TRANSIENT_KINDS = frozenset({"error"})  # not remembered: a crash of ours or of a worker, not the file's fault
+
+log = logging.getLogger(__name__)
 
 REJECTS_SCHEMA = pa.schema(
     [
@@ -48,7 +75,9 @@ REJECTS_SCHEMA = pa.schema(
 
 @dataclass
 class CacheBuildReport:
-    """What a build did. `unique`, `hits` and `decoded` count keys; `failed` counts rejected records."""
+    """What a build did. `unique`, `hits` and `decoded` count keys; `failed` counts rejected records;
+    `remembered` counts the records among them rejected for a failure an earlier build recorded (not
+    tried again)."""
 
     frames_uri: str
     requested: int = 0
@@ -56,6 +85,7 @@ class CacheBuildReport:
     hits: int = 0
     decoded: int = 0
     failed: int = 0
+    remembered: int = 0
     rejects: list[dict] = field(default_factory=list)
     version: int | None = None
     seconds: float = 0.0
@@ -115,14 +145,21 @@ def _failure(exc: BaseException) -> tuple[str, str]:
 # --- planning ----------------------------------------------------------------------------------
 
 
+def _decode_scope(key: str) -> str:
+    return f"decode:{key}"
+
+
 def _plan(
     items: Iterable[tuple[str, str, str]], params: FrameParams, data_root, reject, frames_uri: str,
-    timeout_s: float | None,
+    timeout_s: float | None, failures: FailureIndex | None = None, retry_failed: bool = False,
+    remembered: Callable[[], None] | None = None,
 ) -> tuple[int, dict[str, _Job]]:
     """Resolve and hash every item; group records by key. Returns (requested, jobs by key).
 
     Hashes come from the run folder's persisted index when the file is unchanged (path, size, mtime);
-    a file whose hashing outlasts `timeout_s` is rejected like a decode that times out.
+    a file whose hashing outlasts `timeout_s` is rejected like a decode that times out, and noted in
+    `failures` (when given): a later build rejects it again without hashing (`remembered()` counts it)
+    unless `retry_failed`.
     """
     jobs: dict[str, _Job] = {}
     requested = 0
@@ -142,11 +179,22 @@ def _plan(
                 raise MediaDecodeError(media_path, f"file does not exist ({path})", kind="missing")
             if not os.path.isfile(path):
                 raise MediaDecodeError(media_path, f"not a regular file ({path})", kind="not_a_file")
+            before = failures.get(path, HASH_SCOPE) if failures is not None else None
+            if before is not None and before.applies(timeout_s) and not retry_failed:
+                failed[path] = (before.kind, before.reason)
+                reject(str(record_id), str(media_path), before.kind, before.reason)
+                if remembered is not None:
+                    remembered()
+                continue
             try:
                 digest = content_hash(path, index=index, timeout_s=timeout_s)
             except HashTimeout as exc:
                 failed[path] = ("timeout", str(exc))
+                if failures is not None:
+                    failures.put(path, HASH_SCOPE, Failure("timeout", str(exc), timeout_s))
                 raise MediaDecodeError(media_path, str(exc), kind="timeout") from exc
+            if before is not None and failures is not None:  # tried again (a longer limit) and hashed
+                failures.forget(path, HASH_SCOPE)
         except (MediaDecodeError, OSError) as exc:
             reject(str(record_id), str(media_path), *_failure(exc))
             continue
@@ -278,7 +326,13 @@ def write_rejects(uri: str, rejects: list[dict]) -> int | None:
 def _progress(progress: bool | Console):
     """A rich progress bar on stderr (or the given console); disabled when `progress` is False."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     console = progress if isinstance(progress, Console) else Console(stderr=True)
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -298,10 +352,13 @@ def build_frame_cache(
     progress: bool | Console = True,
     commit_rows: int = COMMIT_ROWS,
     on_commit: Callable[[int], None] | None = None,
+    retry_failed: bool = False,
 ) -> CacheBuildReport:
     """Decode every (record_id, media_path, kind) item not yet cached into the `frames` table.
 
     `workers=0` decodes serially in this process (no Ray; the timeout is then only cooperative).
+    Media an earlier build of this run folder failed to hash or decode are rejected again with their
+    recorded reason, untried, unless `retry_failed` (`cache.retry_failed`); see the module docstring.
     `progress` shows a bar on stderr (or on the given rich Console). `on_commit(version)` runs after
     each Lance commit (for progress hooks; tests use it to simulate a crash mid-build).
     """
@@ -313,17 +370,28 @@ def build_frame_cache(
         report.rejects.append({"record_id": record_id, "path": path, "stage": "cache", "kind": kind,
                                "reason": f"{kind}: {reason}"})
 
-    report.requested, jobs = _plan(items, params, data_root, reject, frames_uri, timeout_s)
+    failures = failure_index_for(frames_uri)
+
+    def remembered() -> None:
+        report.remembered += 1
+
+    report.requested, jobs = _plan(items, params, data_root, reject, frames_uri, timeout_s, failures=failures,
+                                   retry_failed=retry_failed, remembered=remembered)
     report.unique = len(jobs)
     cached = existing_keys(frames_uri)
     misses = [job for key, job in jobs.items() if key not in cached]
     report.hits = report.unique - len(misses)
+    if failures is not None:
+        misses = _skip_remembered(misses, failures, timeout_s, retry_failed, reject, remembered)
+    if report.remembered:
+        log.info("frame cache: %d record(s) rejected for media that failed in an earlier build (reasons in the "
+                 "rejects; set cache.retry_failed=true to try them again)", report.remembered)
     report.version = ensure_frames(frames_uri).version
     with build_lock(frames_uri) as alone:
         if alone:  # no other build is writing: data files no version references are a killed build's
             remove_stray_files(frames_uri)
         _build(report, misses, frames_uri, params, workers, ray_address, timeout_s, progress, commit_rows,
-               on_commit, reject)
+               on_commit, reject, failures)
     report.failed = len(report.rejects)
     if rejects_uri:
         write_rejects(rejects_uri, report.rejects)
@@ -331,9 +399,28 @@ def build_frame_cache(
     return report
 
 
+def _skip_remembered(misses: list[_Job], failures: FailureIndex, timeout_s: float | None, retry_failed: bool,
+                     reject: Callable[..., None], remembered: Callable[[], None]) -> list[_Job]:
+    """The misses to decode: without `retry_failed`, those whose decode with this key failed before are
+    rejected again with the recorded reason instead."""
+    if retry_failed:
+        return misses
+    keep = []
+    for job in misses:
+        before = failures.get(job.path, _decode_scope(job.key))
+        if before is None or not before.applies(timeout_s):
+            keep.append(job)
+            continue
+        for record_id in job.record_ids:
+            reject(record_id, job.path, before.kind, before.reason)
+            remembered()
+    return keep
+
+
 def _build(report: CacheBuildReport, misses: list[_Job], frames_uri: str, params: FrameParams, workers: int,
            ray_address: str | None, timeout_s: float | None, progress: bool | Console, commit_rows: int,
-           on_commit: Callable[[int], None] | None, reject: Callable[..., None]) -> None:
+           on_commit: Callable[[int], None] | None, reject: Callable[..., None],
+           failures: FailureIndex | None = None) -> None:
     """Decode `misses` and commit their rows as they finish (see the module docstring)."""
     rows: list[dict] = []  # serial builds: rows not yet written
     fragments: list[dict] = []  # written, not yet committed
@@ -359,7 +446,11 @@ def _build(report: CacheBuildReport, misses: list[_Job], frames_uri: str, params
             if result is None:
                 for record_id in job.record_ids:
                     reject(record_id, job.path, kind, reason)
+                if failures is not None and kind not in TRANSIENT_KINDS:
+                    failures.put(job.path, _decode_scope(job.key), Failure(kind, reason, timeout_s))
             else:
+                if failures is not None:
+                    failures.forget(job.path, _decode_scope(job.key))
                 if "row" in result:
                     rows.append(result["row"])
                 else:

@@ -77,7 +77,7 @@ def hash_index_for(frames_uri: str | None) -> HashIndex | None:
     """The run folder's hash index beside a local frames table (None for object stores or no table)."""
     if not frames_uri:
         return None
-    uri = frames_uri[len("file://"):] if frames_uri.startswith("file://") else frames_uri
+    uri = frames_uri.removeprefix("file://")
     if "://" in uri:
         return None
     path = os.path.join(os.path.dirname(os.path.abspath(uri)), INDEX_NAME)
@@ -143,3 +143,108 @@ def frame_key(content_hash: str, params: FrameParams, kind: str = "video") -> st
         separators=(",", ":"),
     )
     return hashlib.sha256(payload.encode()).hexdigest()
+
+
+# --- remembered failures -----------------------------------------------------------------------
+
+FAILURES_NAME = "media_failures.jsonl"
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """Why a media file could not be hashed (`scope` "hash") or decoded with one frame key
+    (`scope` "decode:<key>"): a reject `kind` and `reason`, and the timeout it had (None: none)."""
+
+    kind: str
+    reason: str
+    timeout_s: float | None = None
+
+    def applies(self, timeout_s: float | None) -> bool:
+        """A timeout is worth trying again only with a longer limit (or none); other failures always apply."""
+        if self.kind != "timeout":
+            return True
+        if not timeout_s:
+            return False
+        return self.timeout_s is not None and timeout_s <= self.timeout_s
+
+
+class FailureIndex:
+    """A persisted (real path, size, mtime_ns, scope) → Failure map beside the hash index, so a media
+    file that timed out or could not be decoded is tried (and logged) once per run folder, not by
+    every command. A changed file (size or mtime) is a new key; the last line for a key wins (a
+    `cleared` line forgets it); a torn last line is ignored."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = os.fspath(path)
+        self._lock = threading.Lock()
+        self._known: dict[tuple[str, int, int, str], Failure] = {}
+        self._load()
+
+    def _load(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return
+        for line in data[: data.rfind(b"\n") + 1].splitlines():
+            try:
+                e = json.loads(line)
+                key = (e["path"], int(e["size"]), int(e["mtime_ns"]), str(e["scope"]))
+                if e.get("cleared"):
+                    self._known.pop(key, None)
+                else:
+                    limit = e.get("timeout_s")
+                    self._known[key] = Failure(str(e["kind"]), str(e["reason"]),
+                                               float(limit) if limit is not None else None)
+            except (ValueError, KeyError, TypeError):
+                continue
+
+    @staticmethod
+    def file_key(path: str) -> tuple[str, int, int] | None:
+        """(real path, size, mtime_ns) of a file, None when it cannot be stat'ed."""
+        real = os.path.realpath(path)
+        try:
+            st = os.stat(real)
+        except OSError:
+            return None
+        return real, st.st_size, st.st_mtime_ns
+
+    def get(self, path: str, scope: str) -> Failure | None:
+        key = self.file_key(path)
+        if key is None:
+            return None
+        with self._lock:
+            return self._known.get((*key, scope))
+
+    def _append(self, entry: dict) -> None:
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as f:  # one short O_APPEND write: lines never interleave
+            f.write(json.dumps(entry) + "\n")
+
+    def put(self, path: str, scope: str, failure: Failure) -> None:
+        key = self.file_key(path)
+        if key is None:
+            return
+        with self._lock:
+            self._known[(*key, scope)] = failure
+            self._append({"path": key[0], "size": key[1], "mtime_ns": key[2], "scope": scope,
+                          **dataclasses.asdict(failure), "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+
+    def forget(self, path: str, scope: str) -> None:
+        key = self.file_key(path)
+        if key is None:
+            return
+        with self._lock:
+            if self._known.pop((*key, scope), None) is not None:
+                self._append({"path": key[0], "size": key[1], "mtime_ns": key[2], "scope": scope, "cleared": True})
+
+
+def failure_index_for(frames_uri: str | None) -> FailureIndex | None:
+    """The run folder's failure index beside a local frames table, read now (None for object stores or
+    no table)."""
+    if not frames_uri:
+        return None
+    uri = frames_uri.removeprefix("file://")
+    if "://" in uri:
+        return None
+    return FailureIndex(os.path.join(os.path.dirname(os.path.abspath(uri)), FAILURES_NAME))

@@ -11,6 +11,7 @@ from evr1.cache.paths import resolve_media_path
 from evr1.cache.store import frame_store
 from evr1.video.clip import FrameParams, VideoClip
 from evr1.video.decode import decode_video, load_image
+from evr1.video.errors import MediaDecodeError
 
 MODES = ("prefer-cache", "cache-only", "decode-only")
 
@@ -24,6 +25,18 @@ class CacheMiss(LookupError):
             f"no cached frames for {path!r} (key {key[:16]}…) in {frames_uri}; "
             "build the cache with these parameters or use mode='prefer-cache'"
         )
+
+
+def regular_media_path(path: str | os.PathLike, data_root: str | os.PathLike | None = None) -> str:
+    """The resolved path of a media file, refused at once (MediaDecodeError, with the reasons the
+    cache builder and ingestion give) when it does not exist or is not a regular file: opening a FIFO
+    would block until its reader's timeout."""
+    real = resolve_media_path(path, data_root)
+    if not os.path.exists(real):
+        raise MediaDecodeError(os.fspath(path), f"file does not exist ({real})", kind="missing")
+    if not os.path.isfile(real):
+        raise MediaDecodeError(os.fspath(path), f"not a regular file ({real})", kind="not_a_file")
+    return real
 
 
 class FrameReader:
@@ -70,7 +83,7 @@ class FrameReader:
         A segment (MVBench's official protocol) is always decoded with the same rules: the cache holds
         whole-video samples, keyed by content and parameters, and a segment's frames are not among them.
         """
-        real = resolve_media_path(path, self.data_root)
+        real = regular_media_path(path, self.data_root)
         if start is not None or end is not None:
             return decode_video(real, self.params, start=start, end=end)
         clip = self._cached(real, "video")
@@ -78,6 +91,6 @@ class FrameReader:
 
     def image(self, path: str | os.PathLike) -> np.ndarray:
         """The resized uint8 H×W×3 image."""
-        real = resolve_media_path(path, self.data_root)
+        real = regular_media_path(path, self.data_root)
         clip = self._cached(real, "image")
         return clip.frames[0] if clip is not None else load_image(real, self.params)

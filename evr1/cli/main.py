@@ -96,7 +96,7 @@ USES: dict[str, tuple[str, ...] | None] = {
     "cache": ("data", "model", "orchestration"),
     "train": ("data", "model", "reward", "orchestration", "tracking"),
     "eval": ("eval", "reward", "orchestration", "tracking"),
-    "plan": ("model",),
+    "plan": (),  # plans for a cluster: the model folder need not be on this machine
 }
 
 
@@ -205,14 +205,16 @@ def plan(config: Path, overrides: Overrides = None,
          gpu_memory_gib: Annotated[float, typer.Option(help="memory of one GPU, GiB")] = 80.0,
          world_size: Annotated[Optional[int], typer.Option(help="default: trainer.world_size")] = None,
          video_size: Annotated[str, typer.Option(help="source frame HEIGHTxWIDTH before the pixel budget")] = "720x1280",
-         prompt_text_tokens: Annotated[int, typer.Option(help="text tokens of the question")] = 128) -> None:
+         prompt_text_tokens: Annotated[int, typer.Option(help="text tokens of the question")] = 128,
+         colocated: Annotated[bool, typer.Option("--colocated", help="the rollout engine shares each rank's "
+                                                 "GPU (adds rollout.vllm's memory share)")] = False) -> None:
     """Memory per GPU for the config's model, frames and pixel budget, with and without sequence parallelism."""
     from evr1.train.plan import plan_for_config
 
     cfg = _config(config, overrides, USES["plan"])
     h, w = (int(x) for x in video_size.lower().split("x"))
     print(plan_for_config(cfg, gpu_gib=gpu_memory_gib, world_size=world_size, source_hw=(h, w),
-                          prompt_text=prompt_text_tokens))
+                          prompt_text=prompt_text_tokens, colocated=colocated))
 
 
 @app.command()

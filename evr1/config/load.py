@@ -16,17 +16,33 @@ from evr1.config.base import ConfigError
 from evr1.config.root import Config
 
 
+def _names(keys: list[str]) -> str:
+    return keys[0] if len(keys) == 1 else ", ".join(keys[:-1]) + " and " + keys[-1]
+
+
 def _format_error(err: ValidationError, source: str) -> str:
     lines = []
+    missing = [".".join(str(p) for p in e["loc"]) for e in err.errors() if e["type"] == "missing"]
+    top = [key for key in missing if "." not in key]
+    if top:  # one line for the missing sections, naming them (not "Field required" once per section)
+        lines.append(f"{source}: missing the section{'s' if len(top) > 1 else ''} {_names(top)} "
+                     f"(a config needs at least {_names(_required_sections())})")
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        if e["type"] == "extra_forbidden":
+        if e["type"] == "missing":
+            if "." in key:
+                lines.append(f"{source}: missing key '{key}'")
+        elif e["type"] == "extra_forbidden":
             lines.append(f"{source}: unknown key '{key}'")
         elif isinstance(e.get("input"), dict):  # a cross-field rule: the message names the keys, not a section dump
             lines.append(f"{source}: {e['msg'].removeprefix('Value error, ')}")
         else:
             lines.append(f"{source}: key '{key}': {e['msg']} (got {e.get('input')!r})")
     return "\n".join(lines)
+
+
+def _required_sections() -> list[str]:
+    return [name for name, field in Config.model_fields.items() if field.is_required()]
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -80,6 +96,9 @@ def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
         raise ConfigError(f"{path}: cannot read config: {reason}") from e
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    if not data and not overrides:
+        raise ConfigError(f"{path}: the config file is empty: it needs at least the sections "
+                          f"{_names(_required_sections())}")
     data = _anchor_data_paths(data, Path(os.path.abspath(path)).parent)
     source = str(path) if not overrides else f"{path} (with overrides {' '.join(overrides)})"
     try:

@@ -81,6 +81,29 @@ class Config(Section):
         if t.sequence_parallel > 1 and self.model.attn_implementation != "sdpa":
             raise ValueError(f"trainer: sequence_parallel needs model.attn_implementation sdpa (its all-to-all wraps "
                              f"torch's sdpa, which picks the flash kernel on GPU), not {self.model.attn_implementation}")
+        if t.sequence_parallel > 1 and (t.micro_batch_size > 1 or t.max_tokens_per_micro_batch is not None):
+            # Ulysses attends with a [B, 1, L, L] mask whenever the split batch has padding (17 GB at 130k tokens),
+            # and has no packed (varlen) path: one sequence per micro-batch needs no mask at all (causal kernel).
+            raise ValueError(f"trainer: sequence_parallel ({t.sequence_parallel}) needs one sequence per micro-batch "
+                             f"(trainer.micro_batch_size 1, trainer.max_tokens_per_micro_batch unset; got "
+                             f"{t.micro_batch_size}, {t.max_tokens_per_micro_batch}): a padded micro-batch would attend "
+                             "with an L x L mask")
+        if t.sequence_parallel > 1:
+            heads, where = None, None
+            if self.model.path is None and self.model.tiny is not None:
+                from evr1.models.tiny import DEFAULT_SIZES
+
+                heads = {**DEFAULT_SIZES, **self.model.tiny.sizes}["num_attention_heads"]
+                where = "model.tiny.sizes.num_attention_heads"
+            elif self.model.path is not None and (Path(self.model.path).expanduser() / "config.json").is_file():
+                # Read lazily, only here: the decoder's heads (Qwen3-VL nests them under text_config).
+                hf = json.loads((Path(self.model.path).expanduser() / "config.json").read_text())
+                heads = (hf.get("text_config") or {}).get("num_attention_heads", hf.get("num_attention_heads"))
+                where = f"num_attention_heads in {self.model.path}/config.json"
+            # Key/value heads need not divide: Ulysses repeats them to one per query head when they do not.
+            if isinstance(heads, int) and heads % t.sequence_parallel:
+                raise ValueError(f"trainer: sequence_parallel ({t.sequence_parallel}) must divide the decoder's attention "
+                                 f"heads ({heads}, {where}): Ulysses gives each rank heads / sequence_parallel heads")
         if a.offline_ratio > 0 and not self.data.offline_key:
             raise ValueError("algorithm: offline_ratio > 0 needs data.offline_key (the field holding the trajectories)")
         if a.use_kl_in_reward and a.adv_estimator == "gdpo":

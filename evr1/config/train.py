@@ -24,9 +24,12 @@ class VLLMConfig(Section):
     limit_mm_per_prompt: dict[str, int] = {}  # e.g. {video: 2, image: 4}; {}: vLLM's defaults
     sync_bucket_mb: float = Field(256.0, gt=0.0)  # weight hand-over in pieces of this size
     sync_dir: str | None = None  # where the pieces go (None: $EVR1_WEIGHT_SYNC_DIR, /dev/shm, the temp dir)
-    # The sampled tokens' log-probs after temperature and top-k/top-p (what the trainer scores), or
-    # the raw model's: what `rollout/logprob_gap` and the rollout correction compare.
-    logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = "processed_logprobs"
+    # Which log-probs vLLM returns for the sampled tokens (what `rollout/logprob_gap_*` and the rollout
+    # correction compare with the trainer's, taken at the sampling temperature). "auto": the raw
+    # model's when rollout.temperature is 1 (measured equal to the trainer's within 4e-6 on CPU, fp32),
+    # else the processed ones (after temperature; vLLM 0.32's sampler path shifts them by about
+    # +0.005 on average even at temperature 1, so the gap reads high there).
+    logprobs_mode: Literal["auto", "processed_logprobs", "raw_logprobs"] = "auto"
 
     def engine_options(self) -> dict[str, Any]:
         """The keywords `VLLMEngine.from_pretrained` takes (unset ones left to vLLM)."""
@@ -143,6 +146,10 @@ class RewardConfig(Section):
     # Code rewards run model-written programs under bubblewrap; without it they refuse, unless this
     # is set (then the program runs in a plain subprocess: only for trusted data on a throwaway machine).
     allow_unsandboxed_code: bool = False
+    # Code samples whose tests a policy could forge a pass for (evr1.rewards.classify_tests: e.g. a
+    # check() program with no entry_point, tests that use no name the answer defines) are rejected at
+    # ingestion, and the code reward refuses to score them; true keeps and scores them (warned, counted).
+    allow_unjudgeable_tests: bool = False
 
     @model_validator(mode="after")
     def _weights(self) -> "RewardConfig":
@@ -198,6 +205,10 @@ class TrainerConfig(Section):
     # Micro-batches cut by tokens (prompt + response) instead of micro_batch_size responses; every rank
     # runs the same number of passes. None: micro_batch_size responses per micro-batch.
     max_tokens_per_micro_batch: int | None = Field(None, ge=1)
+    # Log-probs and entropy from the final hidden states, the output head applied this many valid
+    # response tokens at a time (no [tokens, vocabulary] fp32 logits: a chunk is 4 B × this × V, about
+    # two alive at once). None: the full logits of every response position (the previous path).
+    logits_chunk_tokens: int | None = Field(2048, ge=1)
     # With model.freeze_vision_tower: each prompt's vision features are computed once per step and
     # reused by the old, reference and update passes (the policy's and the reference's towers are
     # then the same base weights). No effect on an unfrozen tower or under sequence parallelism.

@@ -1,7 +1,8 @@
 """Ingest JSON / JSONL / Parquet datasets in the EasyVideoR1 schema into Lance `samples` + `rejects`.
 
 Every record read ends up in exactly one of the two tables (accepted + rejected = read): a bad record
-is rejected with its `file:line`, the offending field and a sentence saying why, and its raw text is
+is rejected with its place (`file:line` for JSON lines, `file#N` for the N-th record of a JSON array or
+row of a Parquet file, counted from 1), the offending field and a sentence saying why, and its raw text is
 kept verbatim, so nothing is lost and nothing fails silently.
 """
 
@@ -20,6 +21,8 @@ import pyarrow as pa
 from pydantic import BaseModel
 
 from evr1.models.prompt_length import PromptLimit, record_texts
+from evr1.rewards import classify_tests
+from evr1.rewards import resolve as reward_family
 from evr1.data.schema import CONSUMED_FIELDS, REJECTS_SCHEMA, SAMPLES_SCHEMA, Reject, Sample, canonical_json
 from evr1.data.sources import DatasetSourceError, RawRecord, collect_sources, read_records
 from evr1.data.validate import Context, ProblemTypeResolver, RecordError, default_resolve_problem_type, validate_record
@@ -28,6 +31,10 @@ log = logging.getLogger(__name__)
 
 WriteMode = Literal["overwrite", "append"]
 _ID_HASH_CHARS = 16  # 64 bits of sha256: collisions are negligible at dataset scale
+#: Prompts of at least this many text tokens are counted (and warned about) as long: within the
+#: limit, each still costs memory in proportion to its length in every pass that holds it.
+LONG_PROMPT_TOKENS = 4096
+CODE_FAMILY = "code"
 
 
 class IngestReport(BaseModel):
@@ -52,6 +59,17 @@ class IngestReport(BaseModel):
     per_data_type: dict[str, int]
     files: int = 0
     skipped_files: list[str] = []
+    # Code samples by the form of their tests (evr1.rewards.classify_tests); `unjudgeable_tests` counts
+    # the accepted ones whose verdicts cannot be trusted (kept only with allow_unjudgeable_tests).
+    per_test_form: dict[str, int] = {}
+    unjudgeable_tests: int = 0
+    # Long prompts (text and chat template, before vision tokens): how many have at least
+    # `long_prompt_tokens`, and the longest (exact when tokenized, else an upper bound: one per byte).
+    # A higher layer turns the token count into memory (evr1/train/plan.py) and says so.
+    long_prompt_tokens: int = LONG_PROMPT_TOKENS
+    long_prompts: int = 0
+    longest_prompt_tokens: int = 0
+    longest_prompt_source: str = ""
 
 
 class EmptyDatasetError(DatasetSourceError):
@@ -83,7 +101,8 @@ def _sample_id(record: dict[str, Any], problem_id_counts: Counter[str]) -> tuple
 
 def _describe(rec: RawRecord) -> str:
     record_id = _record_id(rec.value) if rec.parsed else ""
-    return f"record {rec.source}" + (f" (problem_id {record_id!r})" if record_id else "")
+    details = [rec.where] + ([f"problem_id {record_id!r}"] if record_id else [])
+    return f"record {rec.source} ({', '.join(details)})"
 
 
 def _reject(rec: RawRecord, kind: str, field: str, message: str) -> Reject:
@@ -136,6 +155,8 @@ def ingest(
     mode: WriteMode = "overwrite",
     prompt_limit: PromptLimit | None = None,
     offline_key: str | None = None,
+    allow_unjudgeable_tests: bool = False,
+    long_prompt_tokens: int = LONG_PROMPT_TOKENS,
 ) -> IngestReport:
     """Validate every record of `sources` and write the Lance `samples` and `rejects` tables.
 
@@ -144,6 +165,12 @@ def ingest(
     its canonical name, or None for an unknown type (rejected). With `offline_key` (mixed offline-online
     training), a record whose `has_offline_trajectory` is true needs a non-empty string there. Raises DatasetSourceError (one line
     naming the file) for an unreadable source, and EmptyDatasetError when nothing is accepted.
+
+    Code samples (problem types of the reward family "code") have the form of their `tests` classified
+    (`evr1.rewards.classify_tests`, counted in `per_test_form`); tests whose verdict a policy could
+    forge are rejected (kind `unjudgeable_tests`, field `tests`) unless `allow_unjudgeable_tests`
+    (`reward.allow_unjudgeable_tests`), which keeps them with a note and a warning. Prompts of at least
+    `long_prompt_tokens` text tokens are counted in the report, with the longest (and a warning).
     """
     if mode not in ("overwrite", "append"):
         raise ValueError(f"ingest mode must be 'overwrite' or 'append', got {mode!r}")
@@ -162,6 +189,10 @@ def ingest(
     samples: list[Sample] = []
     rejects: list[Reject] = []
     contexts: dict[Path, Context] = {}
+    test_forms: Counter[str] = Counter()
+    unjudgeable_kept: Counter[str] = Counter()
+    long_prompts = 0
+    longest: tuple[int, str] = (0, "")
     for rec in records:
         if not rec.parsed:
             rejects.append(_reject(rec, "malformed_json", "", rec.error))
@@ -184,6 +215,24 @@ def ingest(
         if too_long is not None:  # before anything keeps the text around (evr1/models/prompt_length.py)
             rejects.append(_reject(rec, "prompt_too_long", "problem", prompt_limit.reason(too_long)))
             continue
+        tests_note = None
+        if reward_family(draft.problem_type) == CODE_FAMILY:
+            form = classify_tests(draft.record)
+            if not form.judgeable and not allow_unjudgeable_tests:
+                rejects.append(_reject(rec, "unjudgeable_tests", "tests",
+                                       f"field 'tests' cannot be judged safely ({form.form}): {form.reason}; a policy "
+                                       "could be rewarded for a wrong answer (set reward.allow_unjudgeable_tests=true "
+                                       "to keep such samples anyway)"))
+                continue
+            test_forms[form.form] += 1
+            if not form.judgeable:
+                unjudgeable_kept[form.form] += 1
+                tests_note = (f"tests: {form.form} cannot be judged safely ({form.reason}); kept because "
+                              "reward.allow_unjudgeable_tests is set")
+        tokens = _prompt_tokens(draft, prompt_limit, long_prompt_tokens)
+        if tokens >= long_prompt_tokens:
+            long_prompts += 1
+            longest = max(longest, (tokens, rec.source), key=lambda t: t[0])
         sample_id, id_note = _sample_id(draft.record, problem_id_counts)
         if sample_id in first_seen:
             rejects.append(
@@ -206,7 +255,7 @@ def ingest(
                 images=draft.images,
                 extra={k: v for k, v in draft.record.items() if k not in CONSUMED_FIELDS},
                 source=rec.source,
-                notes=draft.notes + ([id_note] if id_note else []),
+                notes=draft.notes + [n for n in (id_note, tests_note) if n],
             )
         )
 
@@ -228,7 +277,22 @@ def ingest(
         per_data_type=dict(Counter(s.data_type for s in samples)),
         files=len(found.files),
         skipped_files=[str(p) for p in found.skipped],
+        per_test_form=dict(test_forms),
+        unjudgeable_tests=sum(unjudgeable_kept.values()),
+        long_prompt_tokens=long_prompt_tokens,
+        long_prompts=long_prompts,
+        longest_prompt_tokens=longest[0],
+        longest_prompt_source=longest[1],
     )
+    if unjudgeable_kept:
+        forms = ", ".join(f"{form} {n}" for form, n in sorted(unjudgeable_kept.items()))
+        log.warning("ingest %s: kept %d code sample(s) whose tests cannot be judged safely (%s) because "
+                    "reward.allow_unjudgeable_tests is set: a policy can be rewarded for wrong answers on them",
+                    split, report.unjudgeable_tests, forms)
+    if long_prompts:
+        log.warning("ingest %s: %d prompt(s) of at least %d text tokens (longest %d, %s), before vision tokens: "
+                    "within the limit, but each needs memory in proportion to its length in generation and "
+                    "training (see `evr1 plan`)", split, long_prompts, long_prompt_tokens, longest[0], longest[1])
     if found.skipped:
         log.warning("ingest %s: skipped %d file(s) that are not .json/.jsonl/.parquet data, e.g. %s", split,
                     len(found.skipped), found.skipped[0])
@@ -236,6 +300,20 @@ def ingest(
              report.rejected, report.reasons)
     _require_samples(report, [str(s) for s in sources])
     return report
+
+
+def _prompt_tokens(draft: Any, limit: PromptLimit | None, threshold: int) -> int:
+    """The record's prompt text in tokens when it may reach `threshold`, else 0 (not counted).
+
+    Byte-level BPE gives at most one token per byte, so a text shorter than `threshold` bytes is never
+    tokenized; longer ones are counted with the limit's tokenizer (one per byte without one)."""
+    text = "\n".join(record_texts(draft.problem, draft.options))
+    nbytes = len(text.encode("utf-8", "surrogatepass"))
+    fixed = limit.fixed_tokens if limit is not None else 0
+    if nbytes + fixed < threshold:
+        return 0
+    counted = limit.count_text(text) if limit is not None else 0
+    return (counted if counted > 0 else nbytes) + fixed
 
 
 def _require_samples(report: IngestReport, sources: list[str]) -> None:

@@ -34,9 +34,11 @@ class DatasetSourceError(ValueError):
 class RawRecord:
     """One input record before validation.
 
-    `position` is the 1-based line number for JSONL and the 0-based element/row index for JSON
-    arrays and Parquet (the index you would use in `data[i]` / `table[i]`). `value` is the parsed
-    object (any JSON type), or `_MISSING` with `error` set when the text did not parse.
+    `position` counts from 1 in every format: the line number for JSON lines (`unit` "line"), the
+    record's place in a JSON array ("record": the first element is record 1) and the row's place in a
+    Parquet file ("row"). `source` writes a line as `file:3`, as editors and compilers do, and an
+    array record or a row as `file#3`, so neither reads as the other. `value` is the parsed object
+    (any JSON type), or `_MISSING` with `error` set when the text did not parse.
     """
 
     path: Path
@@ -44,10 +46,17 @@ class RawRecord:
     raw: str
     value: Any = _MISSING
     error: str = ""
+    unit: str = "line"
 
     @property
     def source(self) -> str:
-        return f"{self.path}:{self.position}"
+        return f"{self.path}{':' if self.unit == 'line' else '#'}{self.position}"
+
+    @property
+    def where(self) -> str:
+        """What `position` counts, in words: "line 3", "record 3 of the JSON array", "row 3 of the Parquet file"."""
+        return {"line": f"line {self.position}", "record": f"record {self.position} of the JSON array",
+                "row": f"row {self.position} of the Parquet file"}.get(self.unit, f"{self.unit} {self.position}")
 
     @property
     def parsed(self) -> bool:
@@ -99,24 +108,25 @@ def _undecodable(text: str) -> str | None:
     return None
 
 
-def parse_record(path: Path, position: int, text: str) -> RawRecord:
+def parse_record(path: Path, position: int, text: str, unit: str = "line") -> RawRecord:
     """Parse one record's text; any failure becomes a RawRecord with `error` (never an exception)."""
     bad = _undecodable(text)
     if bad is not None:
         raw = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        return RawRecord(path, position, raw, error=bad)
+        return RawRecord(path, position, raw, error=bad, unit=unit)
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        return RawRecord(path, position, text, error=f"malformed JSON ({exc.msg} at column {exc.colno})")
+        return RawRecord(path, position, text, error=f"malformed JSON ({exc.msg} at column {exc.colno})", unit=unit)
     except RecursionError:
-        return RawRecord(path, position, text, error="malformed JSON (nested too deep to parse)")
+        return RawRecord(path, position, text, error="malformed JSON (nested too deep to parse)", unit=unit)
     except ValueError as exc:  # e.g. an integer longer than Python converts (sys.int_info)
-        return RawRecord(path, position, text, error=f"malformed JSON ({str(exc).split(';')[0]})")
+        return RawRecord(path, position, text, error=f"malformed JSON ({str(exc).split(';')[0]})", unit=unit)
     # Depth is at most the number of opening brackets: walk the value only when that could exceed the limit.
     if text.count("[") + text.count("{") > MAX_DEPTH and _depth(value) > MAX_DEPTH:
-        return RawRecord(path, position, text, error=f"JSON value nested more than {MAX_DEPTH} levels deep")
-    return RawRecord(path, position, text, value)
+        return RawRecord(path, position, text, error=f"JSON value nested more than {MAX_DEPTH} levels deep",
+                         unit=unit)
+    return RawRecord(path, position, text, value, unit=unit)
 
 
 def _read_text(path: Path) -> str:
@@ -176,7 +186,8 @@ def split_array(text: str) -> list[str] | None:
 
 
 def read_json(path: Path) -> Iterator[RawRecord]:
-    """A JSON array (index = position), each element parsed alone; anything else is read as JSON lines.
+    """A JSON array (record N = its N-th element, from 1), each element parsed alone; anything else is read
+    as JSON lines.
 
     The fallback matches the Hugging Face "json" builder EasyVideoR1 uses, which accepts JSON-lines
     content in a `.json` file.
@@ -186,18 +197,19 @@ def read_json(path: Path) -> Iterator[RawRecord]:
     if elements is None:
         yield from _read_jsonl_text(path, text)
         return
-    for index, element in enumerate(elements):
-        rec = parse_record(path, index, element.strip(_JSON_WHITESPACE))
-        yield RawRecord(path, index, _raw_text(rec.value), rec.value) if rec.parsed else rec
+    for number, element in enumerate(elements, start=1):
+        rec = parse_record(path, number, element.strip(_JSON_WHITESPACE), unit="record")
+        yield RawRecord(path, number, _raw_text(rec.value), rec.value, unit="record") if rec.parsed else rec
 
 
 def read_parquet(path: Path) -> Iterator[RawRecord]:
-    """One record per row (0-based index); nulls are dropped so they read as absent fields."""
-    index = 0
+    """One record per row (row N, from 1); nulls are dropped so they read as absent fields."""
+    number = 0
     for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
         for row in batch.to_pylist():
-            yield RawRecord(path, index, _raw_text(row), {k: v for k, v in row.items() if v is not None})
-            index += 1
+            number += 1
+            yield RawRecord(path, number, _raw_text(row), {k: v for k, v in row.items() if v is not None},
+                            unit="row")
 
 
 READERS: dict[str, Callable[[Path], Iterator[RawRecord]]] = {

@@ -19,6 +19,7 @@ from evr1.eval.report import summary_table
 from evr1.eval.runner import EvalSummary, SuiteJob, run_suite, summarise
 from evr1.eval.store import ResultStore
 from evr1.models import load_adapter
+from evr1.models.runtime import configured_dtype
 
 
 def evaluate(cfg: Config, bench: Benchmark, items: list[dict], *, model_dir: Path, frames_uri: str | None,
@@ -119,7 +120,7 @@ def judge_pass(cfg: Config, bench: Benchmark, items: list[dict], store: ResultSt
     try:
         counts = run_judge(j, bench, items, store, default_model_dir=model_dir, device=cfg.trainer.device,
                            concurrency=cfg.eval.concurrency, timeout_s=cfg.eval.timeout_s, engine=engine,
-                           dtype=cfg.model.dtype)
+                           dtype=configured_dtype(cfg.model, cfg.trainer.device))
     finally:
         close()
     again = summarise(items, store, benchmark=bench.name, group_key=bench.group_key,
@@ -180,8 +181,8 @@ def open_engine(cfg: Config, model_dir: Path, *, engine_name: str | None = None,
         devices = [cfg.trainer.device] * replicas
         if cfg.trainer.device == "cuda" and replicas > 1:
             devices = [f"cuda:{k}" for k in range(replicas)]
-        engines = [make_engine("hf", model_dir=str(model_dir), batch_size=batch, dtype=cfg.model.dtype, device=d)
-                   for d in devices]
+        dtype = configured_dtype(cfg.model, cfg.trainer.device)
+        engines = [make_engine("hf", model_dir=str(model_dir), batch_size=batch, dtype=dtype, device=d) for d in devices]
         return (engines[0], lambda: None) if replicas == 1 else (EnginePool(engines), lambda: None)
     from evr1.engines.remote import remote_engine
     from evr1.cluster.connect import ensure_ray
@@ -190,12 +191,13 @@ def open_engine(cfg: Config, model_dir: Path, *, engine_name: str | None = None,
     ensure_ray(o.ray_address, num_cpus=o.ray_num_cpus, object_store_mb=o.ray_object_store_mb)
     tp = cfg.eval.tensor_parallel if cfg.eval.tensor_parallel > 1 else cfg.rollout.vllm.tensor_parallel_size
     # vLLM's options are the rollout's (`rollout.vllm`); eval.tensor_parallel > 1 overrides its GPU count.
-    options = {**cfg.rollout.vllm.engine_options(), "tensor_parallel_size": tp, "seed": cfg.run.seed} \
-        if name == "vllm" else ({"tensor_parallel_size": tp} if tp > 1 else {})
+    options = {**cfg.rollout.vllm.engine_options(), "tensor_parallel_size": tp, "seed": cfg.run.seed,
+               "logprobs_mode": "raw_logprobs"} if name == "vllm" else ({"tensor_parallel_size": tp} if tp > 1 else {})
     started = []
     try:
         for _ in range(replicas):
-            started.append(remote_engine(model_dir, name, batch_size=batch, dtype=cfg.model.dtype, asynchronous=True,
+            started.append(remote_engine(model_dir, name, batch_size=batch, asynchronous=True,
+                                         dtype=configured_dtype(cfg.model, cfg.trainer.device),
                                          num_gpus=tp if cfg.trainer.device == "cuda" else 0, **options))
     except BaseException:
         for r in started:

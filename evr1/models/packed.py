@@ -41,7 +41,7 @@ import torch
 from transformers import PreTrainedModel
 
 from evr1.models.adapter import ModelBatch
-from evr1.models.runtime import check_temperature, token_log_probs
+from evr1.models.runtime import check_temperature, chunked_token_log_probs, hidden_instead_of_logits, token_log_probs
 
 # Families whose every layer is attention (masking by sequence boundary is exact).
 PACKABLE = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl"})
@@ -79,16 +79,26 @@ def packed_inputs(model: PreTrainedModel, batch: ModelBatch) -> tuple[dict[str, 
 
 
 def packed_response_log_probs(
-    model: PreTrainedModel, batch: ModelBatch, *, temperature: float = 1.0, with_entropy: bool = False
+    model: PreTrainedModel, batch: ModelBatch, *, temperature: float = 1.0, with_entropy: bool = False,
+    chunk_tokens: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`runtime.response_log_probs` without padding: [B, Lr] log-probs (and entropy) of the response
-    tokens, 0 outside `response_mask`, from one forward over the packed row."""
+    tokens, 0 outside `response_mask`, from one forward over the packed row. `chunk_tokens`: the
+    output head is applied that many valid response tokens at a time (`runtime.chunked_token_log_probs`:
+    no [B·Lr, V] logits); None: full logits."""
     check_temperature(temperature)
     b, lr = batch.response_mask.shape
     if lr == 0:
         empty = batch.input_ids.new_zeros((b, 0), dtype=torch.float32)
         return empty, (empty.clone() if with_entropy else None)
     inputs, keep = packed_inputs(model, batch)
+    if chunk_tokens is not None:
+        with hidden_instead_of_logits(model) as head:
+            hidden = model(**inputs, logits_to_keep=keep.flatten(), use_cache=False).logits  # [1, B·Lr, H]
+        # The head's parameters are read after the forward: FSDP2 gathers the root unit (which holds the
+        # head) during it and leaves it gathered until the backward is done.
+        return chunked_token_log_probs(hidden.view(b, lr, -1), head.weight, batch.response_ids, batch.response_mask,
+                                       temperature, with_entropy, bias=head.bias, chunk_tokens=chunk_tokens)
     logits = model(**inputs, logits_to_keep=keep.flatten(), use_cache=False).logits  # [1, B·Lr, V]
     return token_log_probs(logits.view(b, lr, -1), batch.response_ids, batch.response_mask, temperature, with_entropy)
 

@@ -39,7 +39,7 @@ from transformers import PreTrainedModel
 
 from evr1.models.adapter import VisionLanguageAdapter
 from evr1.models.batch import ModelBatch, PromptInputs
-from evr1.models.runtime import check_temperature, token_log_probs
+from evr1.models.runtime import check_temperature, chunked_token_log_probs, hidden_instead_of_logits, token_log_probs
 
 PIXEL_KEYS = ("pixel_values", "pixel_values_videos")
 GRID_KEYS = ("image_grid_thw", "video_grid_thw", "second_per_grid_ts")
@@ -142,16 +142,22 @@ def _model_inputs(batch: ModelBatch, visual: VisualFeatures | None) -> dict[str,
 
 def response_log_probs_with_visual(
     model: PreTrainedModel, batch: ModelBatch, visual: VisualFeatures, *, temperature: float = 1.0,
-    with_entropy: bool = False,
+    with_entropy: bool = False, chunk_tokens: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`runtime.response_log_probs` with the vision tower replaced by precomputed `visual` features
     (one entry per image / video of `batch`, in batch order: `encode_visual(...).repeat(n)` for a
-    prompt repeated n times). Same [B, Lr] result; the tower is not called."""
+    prompt repeated n times). Same [B, Lr] result; the tower is not called. `chunk_tokens`: as for
+    `response_log_probs` (the head applied per chunk of valid response tokens; None: full logits)."""
     check_temperature(temperature)
     lr, b = batch.response_mask.shape[1], batch.input_ids.shape[0]
     if lr == 0:
         empty = batch.input_ids.new_zeros((b, 0), dtype=torch.float32)
         return empty, (empty.clone() if with_entropy else None)
+    if chunk_tokens is not None:
+        with hidden_instead_of_logits(model) as head:
+            hidden = model(**_model_inputs(batch, visual), logits_to_keep=lr + 1, use_cache=False).logits
+        return chunked_token_log_probs(hidden[:, :-1, :], head.weight, batch.response_ids, batch.response_mask,
+                                       temperature, with_entropy, bias=head.bias, chunk_tokens=chunk_tokens)
     out = model(**_model_inputs(batch, visual), logits_to_keep=lr + 1, use_cache=False)
     return token_log_probs(out.logits[:, :-1, :], batch.response_ids, batch.response_mask, temperature, with_entropy)
 
@@ -255,6 +261,7 @@ def grouped_response_log_probs(
     with_entropy: bool = False,
     visual: VisualFeatures | None = None,
     dtype: torch.dtype | None = None,
+    chunk_tokens: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs [n, Lr] (and entropy) of `responses` to one `prompt`, the prompt run once.
 
@@ -262,27 +269,42 @@ def grouped_response_log_probs(
     rounding, differentiable into the prompt (and vision tower) when grad is enabled. `visual`:
     precomputed features of this prompt alone (`encode_visual` of `collate([prompt])`), used instead
     of running the tower. `dtype`: the pixel dtype when the prompt's media are prepared here
-    (deferred prompts; e.g. bf16). Every call runs exactly two model forwards (prompt, then the n
-    responses), even when every response is empty, so ranks stay in step under FSDP2.
+    (deferred prompts; e.g. bf16). `chunk_tokens`: the output head is applied that many valid
+    response tokens at a time (`runtime.chunked_token_log_probs`: no [n, Lr, V] logits); None: full
+    logits. Every call runs exactly two model forwards (prompt, then the n responses), even when
+    every response is empty, so ranks stay in step under FSDP2.
     """
     check_temperature(temperature)
     if not responses:
         raise ValueError("grouped_response_log_probs: no responses for the prompt")
     device = _device_of(model)
-    n = len(responses)
     prefix = adapter.collate([prompt])
     # Given features, the prompt's pixels are never made (the tower would not see them).
     prefix = (prefix.with_visual(visual) if visual is not None else prefix).to(device, dtype)
     ids, attention, mask = pad_responses(adapter, responses, device)
     with _cache_kept(model):
-        return _grouped(model, prefix, visual, ids, attention, mask, temperature, with_entropy)
+        return _grouped(model, prefix, visual, ids, attention, mask, temperature, with_entropy, chunk_tokens)
 
 
-def _grouped(model, prefix, visual, ids, attention, mask, temperature, with_entropy):
+def _grouped(model, prefix, visual, ids, attention, mask, temperature, with_entropy, chunk_tokens=None):
     """Two forwards, whatever the response lengths (FSDP2 ranks must issue the same collectives):
     the prompt with a cache, then the responses on the cache repeated n times. The response input is
     padded to at least two tokens, so no layer takes its single-token decode path (Qwen3.5's updates
-    its conv state in place)."""
+    its conv state in place). With `chunk_tokens` both forwards return final hidden states (the head
+    bypassed) and the head is applied per chunk of valid response tokens afterwards."""
+    if chunk_tokens is None:
+        logits = _grouped_forwards(model, prefix, visual, ids, attention)
+        return token_log_probs(logits, ids, mask, temperature, with_entropy)
+    with hidden_instead_of_logits(model) as head:
+        hidden = _grouped_forwards(model, prefix, visual, ids, attention)
+    # Read after the forwards: FSDP2 keeps the root unit (the head is in it) gathered until the backward.
+    return chunked_token_log_probs(hidden, head.weight, ids, mask, temperature, with_entropy, bias=head.bias,
+                                   chunk_tokens=chunk_tokens)
+
+
+def _grouped_forwards(model, prefix, visual, ids, attention) -> torch.Tensor:
+    """The two forwards of `_grouped`: the model's outputs [n, Lr, ·] (logits, or hidden states inside
+    `hidden_instead_of_logits`) at the positions predicting each response token."""
     n, lr = ids.shape
     device = ids.device
     width = max(lr, 2)
@@ -298,5 +320,4 @@ def _grouped(model, prefix, visual, ids, attention, mask, temperature, with_entr
     full_attention = torch.cat([prefix.attention_mask.expand(n, -1), attention_in], dim=1)
     rest = model(input_ids=ids_in, attention_mask=full_attention, position_ids=positions, past_key_values=cache,
                  use_cache=True, logits_to_keep=width)
-    logits = torch.cat([first, rest.logits], dim=1)[:, :lr]  # response token j predicts token j + 1
-    return token_log_probs(logits, ids, mask, temperature, with_entropy)
+    return torch.cat([first, rest.logits], dim=1)[:, :lr]  # response token j predicts token j + 1

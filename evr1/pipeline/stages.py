@@ -51,7 +51,8 @@ def stage_ingest(cfg: Config, *, run_key: str | None = None) -> StageResult:
                 continue
             reports.append(ingest(files, samples_uri, rejects_uri, split=split, data_root=root,
                                   resolve_problem_type=rewards.resolve, check_media_exists=d.check_media_exists,
-                                  mode=mode, prompt_limit=prompt_limit, offline_key=d.offline_key))
+                                  mode=mode, prompt_limit=prompt_limit, offline_key=d.offline_key,
+                                  allow_unjudgeable_tests=cfg.reward.allow_unjudgeable_tests))
         read = sum(r.read for r in reports)
         accepted = sum(r.accepted for r in reports)
         rejected = sum(r.rejected for r in reports)
@@ -101,16 +102,19 @@ def stage_cache(cfg: Config, samples: StageResult, model: StageResult, *, run_ke
     rows = read_samples(samples.uri)
     tr = tracker(cfg, run_key)
     with tr.stage("cache", params={f"cache.{k}": v for k, v in params.__dict__.items()}):
+        # The sinks (Prefect's progress artifact, `evr1 run`'s status) see the stage start and end; the
+        # builder draws the terminal bar itself.
+        started = progress.track("cache", 1, "build", bar=False)
         rep = build_frame_cache(_media_items(rows), frames_uri, params, data_root=samples.extra.get("data_root") or None,
                                 workers=cfg.cache.workers, ray_address=cfg.orchestration.ray_address,
                                 timeout_s=cfg.cache.timeout_s, rejects_uri=str(p["lance"] / "cache_rejects"),
-                                progress=progress.terminal())
-        progress.track("cache", 1, "build", bar=False).close(1)  # the builder draws the terminal bar itself
+                                progress=progress.terminal(), retry_failed=cfg.cache.retry_failed)
+        started.close(1)
         tag_stage(tr, cfg, "cache", in_samples_uri=samples.uri, in_samples_version=samples.version,
                  out_frames_uri=frames_uri, out_frames_version=rep.version)
         log_table_input(tr, samples.uri, samples.version, "samples", "cache")
         metrics = {"requested": rep.requested, "unique": rep.unique, "hits": rep.hits, "decoded": rep.decoded,
-                   "failed": rep.failed, "seconds": rep.seconds}
+                   "failed": rep.failed, "remembered": rep.remembered, "seconds": rep.seconds}
         tr.log_metrics(metrics)
         # Samples whose media cannot be decoded: training and eval leave them out (and say so)
         # instead of failing on them mid-run. The reasons are in the cache_rejects table.
@@ -164,7 +168,7 @@ def stage_cache_benchmarks(cfg: Config, model: StageResult, benchmarks: list[str
         rep = build_frame_cache(media, uri, params, data_root=video_root(cfg, bench), workers=cfg.cache.workers,
                                 ray_address=cfg.orchestration.ray_address, timeout_s=cfg.cache.timeout_s,
                                 rejects_uri=str(run_paths(cfg)["lance"] / "eval_cache_rejects"),
-                                progress=sys.stderr.isatty())
+                                progress=sys.stderr.isatty(), retry_failed=cfg.cache.retry_failed)
         for key in totals:
             totals[key] += getattr(rep, key)
         version = rep.version if rep.version is not None else version
@@ -180,10 +184,11 @@ def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: S
     The readable rollout and validation tables go to MLflow and to `on_table(artifact_file, rows)`
     (the Prefect task makes table artifacts of them)."""
     from evr1.data.ingest import read_samples
-    from evr1.rewards.sandbox import allow_unsandboxed
+    from evr1.rewards.sandbox import allow_unjudgeable_tests, allow_unsandboxed
     from evr1.train.trainer import train
 
     allow_unsandboxed(cfg.reward.allow_unsandboxed_code)  # code rewards: refuse without bubblewrap unless set
+    allow_unjudgeable_tests(cfg.reward.allow_unjudgeable_tests)  # and tests a policy could forge a pass for
     p = run_paths(cfg)
     fingerprint = training_fingerprint(cfg, samples, frames, model)
     listed = frames.extra.get("undecodable")
@@ -298,6 +303,7 @@ def stage_eval_suite(cfg: Config, model: StageResult, samples: StageResult, fram
     from evr1 import rewards
 
     rewards.sandbox.allow_unsandboxed(cfg.reward.allow_unsandboxed_code)
+    rewards.sandbox.allow_unjudgeable_tests(cfg.reward.allow_unjudgeable_tests)
     for ref in cfg.reward.families:
         rewards.load_reward_function(ref)
     benches = [get_benchmark(name) for name in benchmarks]

@@ -14,6 +14,7 @@ import ray
 
 from evr1 import rl
 from evr1.config import Config
+from evr1.models.runtime import configured_dtype
 from evr1.train.messages import MessageLog
 from evr1.train.protocol import ReaderSpec, Shard
 from evr1.train.workers.policy import PolicyWorker
@@ -40,6 +41,7 @@ def worker_options(cfg: Config) -> dict:
         "ppo_epochs": t.ppo_epochs, "prefetch_prompts": t.prefetch_prompts,
         "warmup_keeps_vision": t.warmup_keeps_vision,
         "padding_free": t.padding_free, "freeze_vision_tower": cfg.model.freeze_vision_tower,
+        "logits_chunk_tokens": t.logits_chunk_tokens,
         "sequence_parallel": t.sequence_parallel, "reuse_vision_features": t.reuse_vision_features,
         # Log-probs are taken at the sampling temperature, as the rollout drew them (greedy: 1).
         "temperature": cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0,
@@ -50,7 +52,10 @@ def engine_options(cfg: Config) -> dict:
     """The rollout engine's own options: `rollout.vllm` for vLLM (seeded by the run), none for HF."""
     if cfg.rollout.engine != "vllm":
         return {}
-    return {**cfg.rollout.vllm.engine_options(), "seed": cfg.run.seed}
+    options = {**cfg.rollout.vllm.engine_options(), "seed": cfg.run.seed}
+    if options["logprobs_mode"] == "auto":
+        options["logprobs_mode"] = "raw_logprobs" if cfg.rollout.temperature in (0.0, 1.0) else "processed_logprobs"
+    return options
 
 
 class ActorGroup:
@@ -71,7 +76,8 @@ class ActorGroup:
         self.sequence_parallel = t.sequence_parallel
         self.ranks = [Policy.remote(r, t.world_size, str(model_dir), options, spec) for r in range(t.world_size)]
         self.rollout = Rollout.remote(str(model_dir), cfg.rollout.engine,
-                                      {"batch_size": cfg.rollout.batch_size, "dtype": cfg.model.dtype,
+                                      {"batch_size": cfg.rollout.batch_size,
+                                       "dtype": configured_dtype(cfg.model, t.device),  # bf16 on GPU unless set
                                        "device": t.device, "prefetch_prompts": t.prefetch_prompts,
                                        "engine_options": engine_options(cfg)}, spec)
         master = ray.get(self.ranks[0].endpoint.remote())

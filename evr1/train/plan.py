@@ -9,7 +9,7 @@ size, dtype and gradient checkpointing. Formulas (bytes; b = compute dtype bytes
 - parameters, gradients, Adam: float32 at rest, sharded by FSDP over the world (evr1/train/workers/precision.py):
   4·N + 4·N + 8·N, divided by world_size; plus the gathered compute copies of about two decoder
   layers (the one running and the one prefetched), b bytes per parameter. A reference model (KL loss)
-  adds its sharded weights.
+  adds its sharded weights, b bytes per parameter (bf16 under mixed precision, float32 otherwise).
 - decoder activations per token per layer (what autograd saves in transformers' Qwen layers with
   sdpa/flash attention, no L² score matrix): b·(ACT_H·h + ACT_I·i + ACT_KV·kv) with h the hidden size,
   i the MLP width, kv the key/value width; under gradient checkpointing only the layer input (b·h)
@@ -17,9 +17,23 @@ size, dtype and gradient checkpointing. Formulas (bytes; b = compute dtype bytes
   L = sequence / sp. The backward adds the gradients inside the layer it is in: b·(2h + 2i) per
   token. A frozen tower's forward and the recomputes happen at different times: the
   "one layer at a time" row is what the largest of them adds on top of the saved activations.
-- logits: the response positions only, b + 12 bytes per vocabulary entry (the logits, their float32
-  copy, the tempered copy and the softmax for the entropy). The response is at the sequence's end, so
-  one rank may hold all of it: min(response, sequence / sp) positions.
+- logits: with `trainer.logits_chunk_tokens` = c (the default path, `models/runtime.py`
+  `chunked_token_log_probs`), two float32 [c, V] blocks alive at once, forward or backward:
+  8·min(c, R)·V, plus the R response positions' hidden states (kept for the recomputing backward,
+  b·h each, twice: the head's input and its gathered rows). Without it (c None), the full logits of
+  the R response positions, b + 12 bytes per vocabulary entry (the logits, their float32 copy, the
+  tempered copy and the softmax for the entropy). The response is at the sequence's end, so one rank
+  may hold all of it: R = min(responses in the micro-batch, sequence / sp) positions.
+- the micro-batch: `trainer.max_tokens_per_micro_batch` (a token budget) holds as many samples of the
+  planned shape as fit in it (at least one: a longer sample gets a micro-batch of its own); without
+  a budget, `trainer.micro_batch_size` samples.
+- FSDP2's root unit (embeddings, output head, final norm and the vision tower: every parameter not in
+  a decoder layer, evr1/train/workers/sharded_load.py `shard_model`) is gathered in the compute dtype
+  at the first forward and stays gathered through the forward and the backward (b bytes per
+  parameter), and the output head's gradient (b·V·h) is alive through the whole backward; counted
+  when FSDP2 gathers at all (world size > 1, or a compute dtype other than float32).
+- the rollout engine, when it shares the GPU (colocated): `rollout.vllm.gpu_memory_utilization` of the
+  GPU (or its `kv_cache_gib` plus its bf16 weights), held by vLLM whatever the trainer does.
 - vision tower: per patch per block the same shape with its own widths, not divided by sp (every
   rank of a group runs the whole tower, evr1/train/workers/sequence_parallel.py); 0 saved when frozen.
 - the full-sequence input embeddings that each rank builds before slicing: b·h per token; with sp > 1
@@ -86,6 +100,11 @@ class Arch:
     @property
     def params(self) -> int:
         return self.text_params + self.vision_params
+
+    @property
+    def root_params(self) -> int:
+        """Parameters outside the decoder layers: FSDP2's root unit (embeddings, head, norm, vision tower)."""
+        return self.params - self.layers * self.layer_params
 
 
 def _count(module) -> int:
@@ -193,6 +212,15 @@ class Setup:
     micro_batch: int = 1
     frozen_vision: bool = False
     reference_model: bool = False
+    max_tokens: int | None = None  # trainer.max_tokens_per_micro_batch: the micro-batch by tokens
+    logits_chunk: int | None = None  # trainer.logits_chunk_tokens; None: full logits
+    rollout_bytes: int = 0  # a colocated rollout engine's share of the GPU
+
+    def samples(self, tokens: Tokens) -> int:
+        """Samples of the planned shape in one micro-batch (module docstring)."""
+        if self.max_tokens is not None:
+            return max(1, self.max_tokens // tokens.total)
+        return self.micro_batch
 
 
 def _layer_act(bytes_: int, h: int, i: int, kv: int) -> int:
@@ -203,10 +231,11 @@ def memory(arch: Arch, tokens: Tokens, s: Setup) -> dict[str, int]:
     """Bytes per rank, by component (module docstring)."""
     b = DTYPE_BYTES[s.dtype]
     n, w = arch.params, s.world_size
-    seq = tokens.total * s.micro_batch
+    samples = s.samples(tokens)
+    seq = tokens.total * samples
     local = math.ceil(seq / s.sp)
     per_layer = local * _layer_act(b, arch.hidden, arch.intermediate, arch.kv_width)
-    patches = tokens.patches * s.micro_batch
+    patches = tokens.patches * samples
     v_layer = patches * _layer_act(b, arch.vision_hidden, arch.vision_intermediate, arch.vision_hidden)
     # saved for the backward: everything, or (checkpointing) each layer's input only
     decoder = local * arch.layers * b * arch.hidden if s.checkpointing else arch.layers * per_layer
@@ -222,28 +251,38 @@ def memory(arch: Arch, tokens: Tokens, s: Setup) -> dict[str, int]:
               decoder + vision + backward + (per_layer if s.checkpointing else 0),
               vision + (v_layer if s.checkpointing and not s.frozen_vision else 0))
     transient = max(phases) - decoder - vision
-    response = min(tokens.response * s.micro_batch, local)
+    response = min(tokens.response * samples, local)
     trainable = n - (arch.vision_params if s.frozen_vision else 0)
+    if s.logits_chunk is None:
+        logits = response * arch.vocab * (b + LOGIT_EXTRA_BYTES)
+    else:
+        logits = 8 * min(s.logits_chunk, response) * arch.vocab + 2 * response * b * arch.hidden
+    root = arch.root_params
+    gathers = w > 1 or b != 4
     out = {
         "parameters (fp32, sharded)": 4 * n // w,
         "gradients (fp32, sharded)": 4 * trainable // w,
         "Adam states (fp32, sharded)": 8 * trainable // w,
         "gathered layers (compute dtype)": 2 * b * arch.layer_params if w > 1 else 0,
-        "reference model (sharded)": 4 * n // w if s.reference_model else 0,
+        # stored in the compute dtype under mixed precision (`Precision.reference`), float32 otherwise
+        "reference model (sharded)": b * n // w if s.reference_model else 0,
         "decoder activations": decoder,
         "input embeddings (full sequence)": seq * b * arch.hidden,
         # sp > 1: the all-to-all's copies of q, k, v and the output (local), and the full sequence's
         # embedding gradient that the slice's backward fills
         "sequence-parallel exchange buffers": (4 * local + seq) * b * arch.hidden if s.sp > 1 else 0,
-        "logits (response positions)": response * arch.vocab * (b + LOGIT_EXTRA_BYTES),
+        "FSDP2 root unit (gathered, head gradient)": b * (root + arch.vocab * arch.hidden) if gathers else 0,
+        "logits (response positions)": logits,
         "vision tower activations": vision,
         "one layer at a time (recompute, frozen tower)": max(transient, 0),
+        "rollout engine (colocated)": s.rollout_bytes,
     }
     return out
 
 
 STATIC = ("parameters (fp32, sharded)", "gradients (fp32, sharded)", "Adam states (fp32, sharded)",
-          "gathered layers (compute dtype)", "reference model (sharded)")
+          "gathered layers (compute dtype)", "reference model (sharded)", "FSDP2 root unit (gathered, head gradient)",
+          "rollout engine (colocated)")
 
 
 def fits(total: int, gpu_gib: float) -> bool:
@@ -262,8 +301,14 @@ def plan_table(arch: Arch, tokens: Tokens, setups: dict[str, Setup], gpu_gib: fl
         f"sample: {tokens.frames} frames at {tokens.height}x{tokens.width} → {tokens.video:,} video tokens + "
         f"{tokens.text:,} text + {tokens.response:,} response = {tokens.total:,} tokens "
         f"({tokens.patches:,} vision-tower patches)",
-        "", head, "-" * len(head),
     ]
+    first = next(iter(setups.values()))
+    k = first.samples(tokens)
+    lines.append(f"micro-batch: {k} sample{'s' if k > 1 else ''} = {k * tokens.total:,} tokens ("
+                 + (f"token budget {first.max_tokens:,}" if first.max_tokens else f"micro_batch_size {first.micro_batch}")
+                 + "); logits " + (f"in chunks of {first.logits_chunk:,} response tokens" if first.logits_chunk
+                                   else "of every response position at once"))
+    lines += ["", head, "-" * len(head)]
     for k in keys:
         lines.append(k.ljust(width) + "".join(f"{mems[n][k] / GIB:19.2f} GiB" for n in setups))
     totals = {n: sum(m.values()) for n, m in mems.items()}
@@ -275,10 +320,27 @@ def plan_table(arch: Arch, tokens: Tokens, setups: dict[str, Setup], gpu_gib: fl
     return "\n".join(lines)
 
 
+def rollout_share_bytes(cfg: Any, arch: Arch, gpu_gib: float) -> int:
+    """What a rollout engine sharing the GPU holds: vLLM's `kv_cache_gib` plus its bf16 weights when set,
+    else its `gpu_memory_utilization` of the GPU (the HF engine: its weights in the load dtype)."""
+    if cfg.rollout.engine != "vllm":
+        from evr1.models.runtime import configured_dtype
+
+        return DTYPE_BYTES[configured_dtype(cfg.model, cfg.trainer.device)] * arch.params
+    v = cfg.rollout.vllm
+    if v.kv_cache_gib is not None:
+        return int(v.kv_cache_gib * GIB) + 2 * arch.params
+    return int(v.gpu_memory_utilization * gpu_gib * GIB)
+
+
 def plan_for_config(cfg: Any, *, gpu_gib: float = 80.0, world_size: int | None = None,
-                    source_hw: tuple[int, int] = (720, 1280), prompt_text: int = 128) -> str:
+                    source_hw: tuple[int, int] = (720, 1280), prompt_text: int = 128,
+                    colocated: bool | None = None) -> str:
     """The plan of an evr1 `Config`: frames = cache.nframes or cache.max_frames (a video long enough to reach
-    it), frames of `source_hw` resized by the cache's pixel budget, response = rollout.max_new_tokens."""
+    it), frames of `source_hw` resized by the cache's pixel budget, response = rollout.max_new_tokens; the
+    micro-batch by `trainer.max_tokens_per_micro_batch` (else micro_batch_size), the logits by
+    `trainer.logits_chunk_tokens`. `colocated`: the rollout engine shares each training GPU (None: the
+    config's `rollout.colocate` when it has one, else False: today's rollout has a GPU of its own)."""
     tiny = cfg.model.tiny.family if cfg.model.tiny else None
     arch = load_arch(cfg.model.path, tiny)
     c = cfg.cache
@@ -289,9 +351,16 @@ def plan_for_config(cfg: Any, *, gpu_gib: float = 80.0, world_size: int | None =
                            response=cfg.rollout.max_new_tokens)
     w = world_size or cfg.trainer.world_size
     sp = cfg.trainer.sequence_parallel
-    common = dict(dtype=cfg.model.dtype if cfg.trainer.device == "cuda" else "float32",
-                  checkpointing=cfg.model.gradient_checkpointing, micro_batch=cfg.trainer.micro_batch_size,
-                  frozen_vision=cfg.model.freeze_vision_tower, reference_model=cfg.algorithm.use_kl_loss)
+    if colocated is None:
+        colocated = bool(getattr(cfg.rollout, "colocate", False))
+    from evr1.models.runtime import resolve_dtype
+
+    t = cfg.trainer
+    common = dict(dtype=resolve_dtype(cfg.model.dtype, "cuda") if t.device == "cuda" else "float32",
+                  checkpointing=cfg.model.gradient_checkpointing, micro_batch=t.micro_batch_size,
+                  frozen_vision=cfg.model.freeze_vision_tower, reference_model=cfg.algorithm.use_kl_loss,
+                  max_tokens=t.max_tokens_per_micro_batch, logits_chunk=t.logits_chunk_tokens,
+                  rollout_bytes=rollout_share_bytes(cfg, arch, gpu_gib) if colocated else 0)
     setups = {"1 GPU, sp 1": Setup(world_size=1, sp=1, **common),
               f"FSDP {w}, sp 1": Setup(world_size=w, sp=1, **common)}
     if sp > 1:

@@ -55,6 +55,7 @@ class TrainResult:
 def _scorer(cfg: Config) -> Callable[[list[str], list[dict]], tuple[list[dict], dict]]:
     r = cfg.reward
     rewards.sandbox.allow_unsandboxed(r.allow_unsandboxed_code)  # code rewards refuse without isolation unless set
+    rewards.sandbox.allow_unjudgeable_tests(r.allow_unjudgeable_tests)
     for ref in r.families:
         rewards.load_reward_function(ref)
 

@@ -12,11 +12,15 @@ track header (timescale 0) makes the demuxer read 1 of 16 frames. The rules, aft
   output order and timed i / rate, the rate taken from the bitstream (SPS timing), else from the header's
   frame count over its duration; with neither the file is rejected;
 - presentation timestamps that go backwards after decoding, or a header that lists more frames than
-  the demuxer finds while its time base is degenerate, are rejected with the reason.
+  the demuxer finds while its time base is degenerate, are rejected with the reason;
+- an MP4/MOV video track whose media header (mdhd) says timescale 0 is rejected naming that field:
+  FFmpeg then times the track in whole seconds, and the file would otherwise be reported by its
+  symptom (one frame in 2,048 s: "too few frames").
 """
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -61,9 +65,95 @@ def invents_timestamps(container) -> bool:
     return bool(container.format.flags & av.format.Flags.no_timestamps.value)
 
 
+_CONTAINERS = (b"moov", b"trak", b"mdia")  # boxes on the way to a track's mdhd and hdlr
+_MAX_MOOV_BYTES = 256 << 20
+
+
+def _boxes(data: bytes, start: int = 0, end: int | None = None):
+    """(type, payload start, payload end) of the ISO-BMFF boxes in data[start:end]."""
+    end = len(data) if end is None else end
+    at = start
+    while at + 8 <= end:
+        size, kind = struct.unpack_from(">I4s", data, at)
+        header = 8
+        if size == 1 and at + 16 <= end:
+            size, header = struct.unpack_from(">Q", data, at + 8)[0], 16
+        elif size == 0:
+            size = end - at
+        if size < header or at + size > end:
+            return
+        yield kind, at + header, at + size
+        at += size
+
+
+def _moov(path: str) -> bytes | None:
+    """The `moov` box of an MP4/MOV file (its payload), read by walking the top-level boxes."""
+    with open(path, "rb") as f:
+        while True:
+            head = f.read(8)
+            if len(head) < 8:
+                return None
+            size, kind = struct.unpack(">I4s", head)
+            header = 8
+            if size == 1:
+                size, header = struct.unpack(">Q", f.read(8))[0], 16
+            if kind == b"moov":
+                length = (size - header) if size else _MAX_MOOV_BYTES
+                return f.read(min(length, _MAX_MOOV_BYTES))
+            if size == 0 or size < header:
+                return None
+            f.seek(size - header, 1)
+
+
+def mp4_video_timescales(path: str) -> list[int]:
+    """The mdhd timescale of each video track ('vide' handler) of an MP4/MOV file; [] when unreadable."""
+    try:
+        moov = _moov(path)
+    except (OSError, struct.error):
+        return []
+    if not moov:
+        return []
+    scales = []
+    for kind, start, end in _boxes(moov):
+        if kind != b"trak":
+            continue
+        for mdia, m_start, m_end in _boxes(moov, start, end):
+            if mdia != b"mdia":
+                continue
+            handler, scale = None, None
+            for box, b_start, b_end in _boxes(moov, m_start, m_end):
+                if box == b"hdlr" and b_end - b_start >= 12:
+                    handler = moov[b_start + 8:b_start + 12]
+                elif box == b"mdhd" and b_end - b_start >= 4:
+                    offset = b_start + 4 + (16 if moov[b_start] == 1 else 8)  # version 1: 64-bit times
+                    if offset + 4 <= b_end:
+                        scale = struct.unpack_from(">I", moov, offset)[0]
+            if handler == b"vide" and scale is not None:
+                scales.append(scale)
+    return scales
+
+
+def check_track_header(path: str, stream) -> None:
+    """Reject an MP4/MOV whose video track's media header (mdhd) has timescale 0, naming it.
+
+    Only looked at when FFmpeg reports a time base of a second or more per tick (its fallback for
+    timescale 0), so a well-formed file is never read twice."""
+    if float(stream.time_base or 0) < 1:
+        return
+    names = str(getattr(stream.container.format, "name", "") or "")
+    if not any(n in names.split(",") for n in ("mov", "mp4")):
+        return
+    if 0 in mp4_video_timescales(path):
+        raise VideoDecodeError(
+            path, "broken track timing: the video track's media header (mdhd) has timescale 0, so its frames "
+                  "have no usable timestamps (the header must be repaired or the video re-encoded)",
+            kind="bad_timestamps")
+
+
 def stream_timing(path: str, stream, packet_pts: list[int | None], header_frames: int, duration: float
                   ) -> Timing:
     """Decide the rate and whether timestamps must be rebuilt, from demuxed packet pts (decode order)."""
+    check_track_header(path, stream)
     if invents_timestamps(stream.container):
         packet_pts = [None] * len(packet_pts)
     total = header_frames or len(packet_pts)

@@ -213,3 +213,65 @@ def test_a_folder_or_fifo_is_not_a_regular_file(root, tmp_path):
     report = build_frame_cache([("d", "folder.mp4", "video"), ("f", "pipe.mp4", "video")], str(tmp_path / "f.lance"),
                                PARAMS, data_root=root, workers=0, progress=False)
     assert [(r["kind"], "not a regular file" in r["reason"]) for r in report.rejects] == [("not_a_file", True)] * 2
+
+
+def test_failures_are_remembered_per_run_folder_and_retried_only_when_asked(root, tmp_path, monkeypatch):
+    """Issue 36 item 4: a file that timed out in hashing or failed to decode is tried once; later builds
+    (cache, train, eval) reject it again with the same reason without reading it, unless retry_failed,
+    a longer timeout, or a changed file."""
+    from evr1.cache import builder, keys
+
+    frames, rejects = str(tmp_path / "lance" / "frames.lance"), str(tmp_path / "lance" / "rejects.lance")
+    big = root / "big.mp4"
+    with open(big, "wb") as f:
+        f.truncate(64 << 20)
+    items = [("r-big", "big.mp4", "video"), ("r-one", "one.mp4", "video"), ("r-one-b", "one.mp4", "video"),
+             ("r-clip", "clip.mp4", "video")]
+    hashed, decoded = [], []
+    real_hash, real_decode = builder.content_hash, builder._DECODERS["video"]
+    monkeypatch.setattr(builder, "content_hash", lambda path, **kw: hashed.append(os.path.basename(path))
+                        or real_hash(path, **kw))
+    monkeypatch.setitem(builder._DECODERS, "video", lambda path, *a: decoded.append(os.path.basename(path))
+                        or real_decode(path, *a))
+
+    def build(items=items, **kwargs):
+        hashed.clear(), decoded.clear()
+        keys._memo.clear(), keys._indexes.clear()  # a new command: nothing remembered in memory
+        return build_frame_cache(items, frames, PARAMS, data_root=root, workers=0, rejects_uri=rejects,
+                                 progress=False, **kwargs)
+
+    first = build(items=items[1:], timeout_s=120)  # hashes one.mp4 and clip.mp4 into the run folder's index
+    assert {r["record_id"]: r["kind"] for r in first.rejects} == {"r-one": "too_few_frames",
+                                                                 "r-one-b": "too_few_frames"}
+    assert first.remembered == 0 and decoded == ["one.mp4", "clip.mp4"]
+
+    second = build(timeout_s=1e-6)  # hashing big.mp4 times out; one.mp4 is not decoded again
+    assert {r["record_id"]: r["kind"] for r in second.rejects} == {"r-big": "timeout", "r-one": "too_few_frames",
+                                                                  "r-one-b": "too_few_frames"}
+    assert second.remembered == 2 and "big.mp4" in hashed and decoded == []
+    entries = [json.loads(line) for line in (tmp_path / "lance" / keys.FAILURES_NAME).read_text().splitlines()]
+    assert sorted((e["path"].rsplit("/", 1)[1], e["scope"].split(":")[0], e["kind"]) for e in entries) == [
+        ("big.mp4", "hash", "timeout"), ("one.mp4", "decode", "too_few_frames")]
+
+    # The next command: the same rejects with the same reasons, nothing read again, the rejects table
+    # does not grow (one row per media and reason).
+    third = build(timeout_s=1e-6)
+    assert "big.mp4" not in hashed and decoded == [] and third.remembered == 3 and third.failed == 3 and third.hits == 1
+    assert sorted((r["record_id"], r["reason"]) for r in third.rejects) == \
+        sorted((r["record_id"], r["reason"]) for r in second.rejects)
+    assert lance.dataset(rejects).count_rows() == 2
+
+    # A longer timeout tries the timed-out file again (it hashes, then fails to decode: remembered as such).
+    fourth = build(timeout_s=120)
+    assert "big.mp4" in hashed and decoded == ["big.mp4"] and fourth.remembered == 2
+    assert {r["record_id"]: r["kind"] for r in fourth.rejects}["r-big"] == "not_media"
+
+    # Asked to retry: every failed file is tried again.
+    fifth = build(timeout_s=120, retry_failed=True)
+    assert fifth.remembered == 0 and sorted(decoded) == ["big.mp4", "one.mp4"]
+
+    # A changed file (another mtime) is a new file: tried again; the unchanged one stays remembered.
+    st = (root / "one.mp4").stat()
+    os.utime(root / "one.mp4", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    sixth = build(timeout_s=120)
+    assert decoded == ["one.mp4"] and sixth.remembered == 1

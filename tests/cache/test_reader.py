@@ -94,3 +94,25 @@ def test_a_segment_is_sampled_from_its_seconds_in_every_mode(media, frames_uri):
     seg = FrameReader(None, PARAMS, mode="decode-only").video(media["long"], start=1.0, end=3.0)
     again = FrameReader(frames_uri, PARAMS).video(media["long"], start=1.0, end=3.0)
     assert seg.frames.tobytes() == again.frames.tobytes()  # decoded with the same rules either way
+
+
+def test_a_fifo_or_folder_is_refused_at_once_not_waited_on(media, frames_uri, tmp_path):
+    """Issue 36: `evr1 eval` (and training) waited their timeout on a FIFO that ingest and cache reject
+    at once; the reader refuses it at once with the same "not a regular file" reason."""
+    import os
+    import time
+
+    from evr1.video import MediaDecodeError
+
+    os.mkfifo(tmp_path / "pipe.mp4")
+    (tmp_path / "folder.mp4").mkdir()
+    reader = FrameReader(frames_uri, PARAMS)
+    for name, kind, words in (("pipe.mp4", "not_a_file", "not a regular file"),
+                              ("folder.mp4", "not_a_file", "not a regular file"),
+                              ("missing.mp4", "missing", "file does not exist")):
+        for read in (reader.video, reader.image):
+            t0 = time.monotonic()
+            with pytest.raises(MediaDecodeError) as err:
+                read(tmp_path / name)
+            assert time.monotonic() - t0 < 1.0
+            assert err.value.kind == kind and words in err.value.reason and str(tmp_path / name) in err.value.reason

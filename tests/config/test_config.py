@@ -171,3 +171,22 @@ def test_tiny_model_sizes_are_checked_and_change_the_model(tmp_path):
     sized, plain = pipeline.stage_model(cfg), pipeline.stage_model(default)
     assert sized.uri != plain.uri and sized.content_hash != plain.content_hash
     assert '"num_hidden_layers": 1' in (Path(sized.uri) / "config.json").read_text()
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n"])
+def test_an_empty_config_file_says_so_and_names_the_sections_it_needs(tmp_path, text):
+    """Issue 36: an empty file said "Field required" twice without naming a key."""
+    path = tmp_path / "empty.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value) == f"{path}: the config file is empty: it needs at least the sections data and model"
+
+
+def test_missing_sections_and_keys_are_named(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("run: {name: x}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path, ["data.synth.n=4"])
+    assert "missing the section model" in str(e.value) and "Field required" not in str(e.value)
+    assert len(str(e.value).splitlines()) == 1

@@ -72,7 +72,7 @@ def test_json_array_elements_fail_alone(ws):
     (ws / "t.json").write_bytes(b"\xef\xbb\xbf[" + text.encode() + b', "caf\xe9"]')
     report = ingest([ws / "t.json"], ws / "s.lance", ws / "r.lance")
     assert (report.read, report.accepted, report.rejected) == (4, 2, 2)
-    assert [r["source"].rsplit(":", 1)[1] for r in read_rejects(ws / "r.lance")] == ["1", "3"]
+    assert [r["source"].rsplit("#", 1)[1] for r in read_rejects(ws / "r.lance")] == ["2", "4"]  # from 1
 
 
 def test_folders_are_read_recursively_and_skipped_files_counted(ws):

@@ -259,8 +259,8 @@ def test_json_array_and_parquet_inputs_match_jsonl(ws):
         report = ingest([ws / f"t.{ext}"], ws / f"{ext}.lance", ws / f"{ext}_rejects.lance")
         assert (report.read, report.accepted) == (2, 2), ext
         rows[ext] = read_samples(ws / f"{ext}.lance", columns=["sample_id", "answer", "options", "videos", "source"])
-    assert [r["source"] for r in rows["json"]] == [f"{ws / 't.json'}:0", f"{ws / 't.json'}:1"]  # element index
-    assert [r["source"] for r in rows["parquet"]] == [f"{ws / 't.parquet'}:0", f"{ws / 't.parquet'}:1"]
+    assert [r["source"] for r in rows["json"]] == [f"{ws / 't.json'}#1", f"{ws / 't.json'}#2"]  # record N, from 1
+    assert [r["source"] for r in rows["parquet"]] == [f"{ws / 't.parquet'}#1", f"{ws / 't.parquet'}#2"]
     strip = lambda rs: [{k: v for k, v in r.items() if k != "source"} for r in rs]  # noqa: E731
     assert strip(rows["jsonl"]) == strip(rows["json"]) == strip(rows["parquet"])
     assert rows["jsonl"][0]["answer"] == "3" and rows["jsonl"][1]["options"] == []
@@ -271,7 +271,8 @@ def test_parquet_bad_row_is_rejected_with_its_index(ws):
     pq.write_table(pa.Table.from_pylist(rows), ws / "t.parquet")
     report = ingest([ws / "t.parquet"], ws / "s.lance", ws / "r.lance")
     (row,) = read_rejects(ws / "r.lance")
-    assert (report.accepted, row["source"], row["record_id"]) == (1, f"{ws / 't.parquet'}:1", "b")
+    assert (report.accepted, row["source"], row["record_id"]) == (1, f"{ws / 't.parquet'}#2", "b")
+    assert row["reason"].startswith(f"record {ws / 't.parquet'}#2 (row 2 of the Parquet file, problem_id 'b'): ")
     assert json.loads(row["raw"])["problem_id"] == "b"
 
 
@@ -416,3 +417,76 @@ def test_json_array_with_unstorable_text_keeps_an_escaped_raw(ws):
     report = err.value.report
     (row,) = read_rejects(ws / "r.lance")
     assert report.rejected == 1 and json.loads(row["raw"]) == {"problem": "\ud800", "answer": "A"}
+
+
+def code(**fields) -> dict:
+    record = {"problem": "Write add(a, b).", "answer": "def add(a, b):\n    return a + b", "problem_type": "code",
+              "tests": ["assert add(1, 2) == 3"]}
+    record.update(fields)
+    return record
+
+
+def test_code_samples_with_unjudgeable_tests_are_rejected_naming_the_record_and_field(ws):
+    from evr1.rewards import resolve
+
+    records = [code(problem_id="literal"),
+               code(problem_id="program", tests="def check(candidate):\n    assert candidate(1, 2) == 3\n"),
+               code(problem_id="program-ok", tests="def check(candidate):\n    assert candidate(1, 2) == 3\n",
+                    entry_point="add"),
+               code(problem_id="no-name", tests=["assert 1 == 1"])]
+    report, samples, rejects, _ = run(ws, records, resolve_problem_type=resolve)
+    assert sorted(s["sample_id"] for s in samples) == ["literal", "program-ok"]
+    assert report.per_test_form == {"literal asserts": 1, "program": 1} and report.unjudgeable_tests == 0
+    by_id = {r["record_id"]: r for r in rejects}
+    assert sorted(by_id) == ["no-name", "program"]
+    for record_id, words in (("program", "never calls it"), ("no-name", "never use a name the answer defines")):
+        row = by_id[record_id]
+        assert (row["kind"], row["field"]) == ("unjudgeable_tests", "tests")
+        assert row["reason"].startswith(f"record {row['source']}") and f"problem_id {record_id!r}" in row["reason"]
+        assert "field 'tests' cannot be judged safely" in row["reason"] and words in row["reason"]
+        assert "reward.allow_unjudgeable_tests=true" in row["reason"]
+
+
+def test_unjudgeable_tests_are_kept_counted_and_noted_when_allowed(ws, caplog):
+    from evr1.rewards import resolve
+
+    records = [code(problem_id="literal"), code(problem_id="no-name", tests=["assert 1 == 1"])]
+    with caplog.at_level("WARNING", logger="evr1.data.ingest"):
+        report, samples, rejects, _ = run(ws, records, resolve_problem_type=resolve, allow_unjudgeable_tests=True)
+    assert rejects == [] and report.unjudgeable_tests == 1
+    assert report.per_test_form == {"literal asserts": 1, "invalid": 1}
+    notes = {s["sample_id"]: s["notes"] for s in samples}
+    assert notes["literal"] == [] and "cannot be judged safely" in notes["no-name"][0]
+    (warning,) = [r.getMessage() for r in caplog.records if "judged safely" in r.getMessage()]
+    assert "kept 1 code sample(s)" in warning and "invalid 1" in warning
+
+
+def test_long_prompts_are_counted_and_warned_about_once(ws, caplog):
+    """Issue 36: a prompt within the limit can still cost gigabytes; ingest says how many are long and
+    which is longest (the token count a higher layer turns into memory)."""
+    from evr1.models.prompt_length import PromptLimit
+
+    limit = PromptLimit(20_000, lambda text: len(text.split()))  # one token per word
+    long_q = "<video>\n" + "word " * 5000
+    records = [good(problem_id="short"), good(problem_id="long-1", problem=long_q),
+               good(problem_id="long-2", problem=long_q + "more " * 100)]
+    with caplog.at_level("WARNING", logger="evr1.data.ingest"):
+        report, *_ = run(ws, records, prompt_limit=limit, long_prompt_tokens=4096)
+    assert report.long_prompts == 2 and report.long_prompt_tokens == 4096
+    assert report.longest_prompt_tokens == 5101 + 4 + limit.fixed_tokens  # "<video>" and words, options, template
+    assert report.longest_prompt_source.endswith("t.jsonl:3")
+    (warning,) = [r.getMessage() for r in caplog.records if "text tokens" in r.getMessage()]
+    assert "2 prompt(s) of at least 4096 text tokens" in warning and "memory" in warning
+
+
+def test_positions_count_from_1_and_say_what_they_count(ws):
+    """Issue 36: JSON-array records were numbered from 0 but printed like 1-based lines. Every format
+    counts from 1 now, and the reason says whether it is a line or a record of the array."""
+    records = [good(problem_id="a"), good(problem_id="b"), good(problem_id="c", answer=...)]
+    (ws / "t.json").write_text(json.dumps(records, indent=2))  # record 3 sits on line 30-odd
+    write_jsonl(ws / "t.jsonl", records)
+    for name, source, where in (("t.json", "t.json#3", "record 3 of the JSON array"), ("t.jsonl", "t.jsonl:3", "line 3")):
+        ingest([ws / name], ws / f"{name}.lance", ws / f"{name}.rejects")
+        (row,) = read_rejects(ws / f"{name}.rejects")
+        assert row["source"] == str(ws / source)
+        assert row["reason"] == f"record {ws / source} ({where}, problem_id 'c'): field 'answer' is missing"

@@ -100,3 +100,79 @@ def test_long_video_config_loads_and_plan_prints_a_table():
     assert "1 GPU, sp 1: " in result.output and "does NOT fit" in result.output
     small = runner.invoke(app, ["plan", str(ROOT / "conf/long_video.yaml"), "--gpu-memory-gib", "24"])
     assert small.exit_code == 0 and "fits" not in small.output.replace("does NOT fit", "")
+
+
+def _measure_budget_and_chunk(model, ad, *, samples: int, chunk: int | None, response: int) -> tuple[int, int]:
+    """Measured peak and planned bytes of one forward+backward of a micro-batch of `samples` equal samples
+    (what a token budget of samples × their tokens holds), logits full or chunked. Equal samples: the
+    batch has no padding, so CPU sdpa runs its causal kernel, as flash-attention's varlen packing does on
+    GPU (CPU's packed path builds a block-diagonal T × T mask that the GPU never does)."""
+    f = ad.family.factor
+    prompt = ad.encode_prompt("<video> What happens?", videos=[make_clip(f, t=16, h_blocks=4, w_blocks=6, seed=1)])
+    batch = ad.collate([prompt] * samples, [list(range(20, 20 + response))] * samples).to("cpu", torch.float32)
+
+    def step():
+        lp, ent = response_log_probs(model, batch, with_entropy=True, chunk_tokens=chunk)
+        (-(lp.sum() + 0.01 * ent.sum()) / batch.response_mask.sum()).backward()
+
+    measured, _ = peak_allocated_bytes(step)
+    model.zero_grad(set_to_none=True)
+    video = int((batch.mm_token_type_ids[0] == 2).sum())
+    tokens = Tokens(16, 0, 0, video, batch.input_ids.shape[1] - video - response, response, ad.family.merge_size)
+    setup = Setup(1, 1, "float32", False, max_tokens=samples * tokens.total, logits_chunk=chunk)
+    assert setup.samples(tokens) == samples
+    planned = memory(arch_from_config(model.config), tokens, setup)
+    return measured, sum(v for k, v in planned.items() if k not in STATIC or k.startswith("gradients"))
+
+
+def test_plan_counts_the_token_budget_and_the_logits_chunk(tmp_path):
+    """A vocabulary large enough that the logits matter (resized to 16,384; 256 response tokens per sample:
+    64 MiB of full logits per sample): the plan follows the measured peak with a token budget of 1 and 3
+    samples and with the logits full or in chunks of 32, within the same tolerance. Measured when
+    written: ratios 1.03, 0.94, 1.12, 0.95 (106, 40, 319, 93 MiB)."""
+    model_dir = make_tiny("qwen2_5_vl", tmp_path / "m", seed=0, **SIZES)
+    ad, model = load_adapter(model_dir), load_model(model_dir)
+    model.resize_token_embeddings(16384, mean_resizing=False)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        ratios = {}
+        for samples, chunk in ((1, None), (1, 32), (3, None), (3, 32)):
+            measured, planned = _measure_budget_and_chunk(model, ad, samples=samples, chunk=chunk, response=256)
+            ratios[samples, chunk] = ratio = measured / planned
+            print(f"plan check budget={samples} samples chunk={chunk}: measured {measured / 2**20:.1f} MiB, "
+                  f"planned {planned / 2**20:.1f} MiB, ratio {ratio:.2f}")
+        assert all(1 - TOLERANCE <= r <= 1 + TOLERANCE for r in ratios.values()), ratios
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_root_unit_reference_and_colocated_rollout_are_counted():
+    arch = load_arch("/nowhere/Qwen3-VL-8B-Instruct")
+    # FSDP2's root unit: embeddings, head and vision tower, about 1.8 B parameters of 8.77 B
+    assert 1.6e9 < arch.root_params < 2.0e9
+    tokens = Tokens(64, 384, 672, 8_192, 256, 2_048)
+    base = dict(world_size=8, sp=1, dtype="bfloat16", checkpointing=True, reference_model=True)
+    full, chunked = (memory(arch, tokens, Setup(**base, logits_chunk=c)) for c in (None, 2048))
+    assert full["logits (response positions)"] == 2048 * arch.vocab * (2 + 12)
+    assert chunked["logits (response positions)"] == 8 * 2048 * arch.vocab + 2 * 2048 * 2 * arch.hidden
+    assert chunked["FSDP2 root unit (gathered, head gradient)"] == 2 * (arch.root_params + arch.vocab * arch.hidden)
+    assert chunked["reference model (sharded)"] == 2 * arch.params // 8  # bf16 under mixed precision
+    assert memory(arch, tokens, Setup(1, 1, "float32", False))["FSDP2 root unit (gathered, head gradient)"] == 0
+    budget = memory(arch, tokens, Setup(**base, max_tokens=4 * tokens.total))
+    one = memory(arch, tokens, Setup(**base))
+    assert budget["input embeddings (full sequence)"] == 4 * one["input embeddings (full sequence)"]
+
+
+def test_plan_of_a_config_follows_its_trainer_and_rollout_keys():
+    from evr1.train.plan import plan_for_config
+
+    cfg = load_config(ROOT / "conf/qwen3vl_8b.yaml", ["trainer.max_tokens_per_micro_batch=32768",
+                                                      "rollout.vllm.gpu_memory_utilization=0.5"])
+    out = plan_for_config(cfg, gpu_gib=80)
+    assert "token budget 32,768" in out and "in chunks of 2,048 response tokens" in out
+    row = next(line for line in out.splitlines() if line.startswith("rollout engine (colocated)"))
+    assert set(row.split()[3::2]) == {"0.00"}  # a rollout GPU of its own today
+    colocated = plan_for_config(cfg, gpu_gib=80, colocated=True)
+    row = next(line for line in colocated.splitlines() if line.startswith("rollout engine (colocated)"))
+    assert "40.00" in row  # half of 80 GiB

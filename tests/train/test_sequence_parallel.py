@@ -5,7 +5,8 @@ and the parameter gradients of a GRPO-shaped loss, summed over the two ranks, eq
 gradients (max error <= 1e-4 of each tensor's largest entry), on a batch with a video + image row,
 an image row and a text-only row (left-padded prompts, right-padded responses of different lengths,
 an empty response, a response spanning both ranks' slices); with gradient checkpointing (the backward's recompute) and with fewer key/value
-heads than ranks. Qwen3.5 is refused with a clear error. The sequence lengths are odd on purpose,
+heads than ranks; and with the output head applied per chunk of response tokens (`chunk_tokens`,
+each rank over its own slice). Qwen3.5 is refused with a clear error. The sequence lengths are odd on purpose,
 so the last rank's slice is padded.
 """
 
@@ -25,9 +26,11 @@ from evr1.train.workers.sequence_parallel import sp_groups, sp_response_log_prob
 from tests.models.conftest import make_clip
 
 SP_FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
-# case → (family, gradient checkpointing); "kv1": one key/value head, fewer than the 2 ranks (repeated)
-CASES = {"qwen2_vl": ("qwen2_vl", False), "qwen2_5_vl": ("qwen2_5_vl", True), "qwen3_vl": ("qwen3_vl", False),
-         "qwen3_vl_kv1": ("qwen3_vl", True)}
+# case → (family, gradient checkpointing, logits chunk); "kv1": one key/value head, fewer than the 2 ranks
+# (repeated); "chunked": the head applied 3 response tokens at a time on each rank's slice
+CASES = {"qwen2_vl": ("qwen2_vl", False, None), "qwen2_5_vl": ("qwen2_5_vl", True, None),
+         "qwen3_vl": ("qwen3_vl", False, None), "qwen3_vl_kv1": ("qwen3_vl", True, None),
+         "qwen3_vl_chunked": ("qwen3_vl", False, 3)}
 TEMPERATURE = 0.7
 LOGPROB_ATOL = 1e-5
 GRAD_RTOL = 1e-4
@@ -58,7 +61,7 @@ def _grads(model):
     return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-def _check_family(model_dir, group, checkpointing: bool) -> str:
+def _check_family(model_dir, group, checkpointing: bool, chunk: int | None = None) -> str:
     ad, model = load_adapter(model_dir), load_model(model_dir)
     if checkpointing:  # the backward recomputes each layer: the recompute must be sequence-parallel too
         model.train()
@@ -69,7 +72,8 @@ def _check_family(model_dir, group, checkpointing: bool) -> str:
     ref_grads = _grads(model)
     model.zero_grad(set_to_none=True)
 
-    got, ent = sp_response_log_probs(model, batch, group, temperature=TEMPERATURE, with_entropy=True)
+    got, ent = sp_response_log_probs(model, batch, group, temperature=TEMPERATURE, with_entropy=True,
+                                     chunk_tokens=chunk)
     assert got.shape == ref.shape and (got[batch.response_mask == 0] == 0).all()
     assert torch.allclose(got, ref.detach(), atol=LOGPROB_ATOL), (got - ref).abs().max()
     assert torch.allclose(ent, ref_ent.detach(), atol=LOGPROB_ATOL), (ent - ref_ent).abs().max()
@@ -95,8 +99,8 @@ def _worker(rank: int, port: int, dirs: dict[str, str], errors) -> None:
     try:
         groups = sp_groups(2, 2)
         assert (groups.sp_rank, groups.sp_size, groups.dp_rank, groups.dp_size) == (rank, 2, 0, 1)
-        for case, (fam, checkpointing) in CASES.items():
-            print(case, rank, _check_family(dirs[case], groups.group, checkpointing), flush=True)
+        for case, (fam, checkpointing, chunk) in CASES.items():
+            print(case, rank, _check_family(dirs.get(case, dirs[fam]), groups.group, checkpointing, chunk), flush=True)
         model, ad = load_model(dirs["qwen3_5"]), load_adapter(dirs["qwen3_5"])
         with pytest.raises(ValueError, match="not supported for qwen3_5.*gated-delta-net"):
             sp_response_log_probs(model, _batch(ad), groups.group)

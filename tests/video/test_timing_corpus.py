@@ -93,3 +93,22 @@ def test_a_rate_the_bitstream_disagrees_with_is_noted_not_rejected(corpus):
     clip = decode_video(corpus["raw_h264_8fps"], PARAMS)
     assert "no timestamps (a raw stream): frames timed at 8 fps from the bitstream's rate" == clip.extra["timing"]
     assert "timing" not in decode_video(corpus["base"], PARAMS).extra
+
+
+def test_zero_timescale_names_the_header_not_its_symptom(tmp_path):
+    """Issue 36: an MP4 whose mdhd timescale is 0 and whose packets all demux (8 frames, one GOP) was
+    reported as "too few frames" (FFmpeg timed it at 1 frame per 2,048 s); the reason names the header."""
+    import numpy as np
+
+    from evr1.data.synth_media import write_mp4
+    from evr1.video.timing import mp4_video_timescales
+
+    frames = np.random.default_rng(0).integers(0, 255, (8, 64, 64, 3), dtype=np.uint8)
+    write_mp4(tmp_path / "ok.mp4", frames, fps=8)
+    bad = write_zero_timescale(tmp_path / "ok.mp4", tmp_path / "zero.mp4")
+    assert mp4_video_timescales(str(bad)) == [0] and mp4_video_timescales(str(tmp_path / "ok.mp4"))[0] > 0
+    for params in (PARAMS, FrameParams(factor=28, fps=2.0, min_frames=4, max_frames=768)):
+        with pytest.raises(VideoDecodeError) as err:
+            decode_video(bad, params)
+        assert err.value.kind == "bad_timestamps", err.value.reason
+        assert "media header (mdhd) has timescale 0" in err.value.reason and "too few" not in err.value.reason

@@ -93,7 +93,9 @@ class PolicyWorker:
         self.model = builder(self.model_dir, prepare=policy, **build)
         self.ref = None
         if options["needs_reference"]:
-            self.ref = builder(self.model_dir, prepare=lambda m: m.eval().requires_grad_(False), **build)
+            # Stored in bf16 under bf16 mixed precision (`Precision.reference`): it only runs forwards.
+            self.ref = builder(self.model_dir, prepare=lambda m: m.eval().requires_grad_(False),
+                               **{**build, "dtype": prec.reference})
         self.vision_passes = [VisionPassCounter(m) for m in (self.model, self.ref) if m is not None]
         trainable = [p for p in self.model.parameters() if p.requires_grad]  # a frozen tower has no Adam state
         self.optimizer = torch.optim.AdamW(trainable, lr=options["lr"], betas=tuple(options["betas"]),
@@ -187,7 +189,8 @@ class PolicyWorker:
         batch, *_, groups = item
         mask = batch.response_mask.bool()
         width = mask.shape[1]
-        options = {"temperature": self.o["temperature"], "with_entropy": with_entropy, "dtype": self.dtype}
+        options = {"temperature": self.o["temperature"], "with_entropy": with_entropy, "dtype": self.dtype,
+                   "chunk_tokens": self.o.get("logits_chunk_tokens")}
 
         def visual(key):
             return self._visual[key].to(self.device) if self.reuse_visual and key is not None else None
@@ -207,7 +210,8 @@ class PolicyWorker:
     def _log_probs(self, model, batch, with_entropy=False, temperature=None):
         """Unshared log-probs of a micro-batch: split over the sequence-parallel group, else packed
         (padding-free) where the family allows it, else padded."""
-        options = {"temperature": temperature or self.o["temperature"], "with_entropy": with_entropy}
+        options = {"temperature": temperature or self.o["temperature"], "with_entropy": with_entropy,
+                   "chunk_tokens": self.o.get("logits_chunk_tokens")}
         if self.sp.sp_size > 1:
             return sp_response_log_probs(model, batch, self.sp.group, **options)
         return (packed_response_log_probs if self.packed else response_log_probs)(model, batch, **options)

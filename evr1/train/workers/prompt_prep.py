@@ -30,7 +30,13 @@ def encode_row(row: dict, adapter, reader: FrameReader, spec: ReaderSpec, *, def
     text = prompts.render(reward_sample(row), template=spec.template, thinking=spec.thinking)
     videos = [reader.video(p) for p in row.get("videos") or []]
     images = [reader.image(p) for p in row.get("images") or []]
-    return adapter.encode_prompt(text, videos=videos, images=images, defer_media=defer_media)
+    try:
+        return adapter.encode_prompt(text, videos=videos, images=images, defer_media=defer_media)
+    except PromptTooLong as exc:  # the skip is logged with this message: name the sample it skips
+        record = f"record {row.get('sample_id') or row_key(row)!r}"
+        if record in str(exc):
+            raise
+        raise PromptTooLong(f"{record}: {str(exc).removeprefix('prompt: ')}") from exc
 
 
 class PromptPrep:

@@ -18,7 +18,7 @@ import torch
 from evr1.cluster.processes import peak_rss_mb
 from evr1.engines import SamplingParams, make_engine
 from evr1.models import load_adapter
-from evr1.models.runtime import VisionPassCounter
+from evr1.models.runtime import VisionPassCounter, resolve_dtype
 from evr1.train.protocol import ReaderSpec, row_key
 from evr1.train.workers.prompt_prep import READ_ERRORS, PromptPrep
 
@@ -27,9 +27,11 @@ class RolloutWorker:
     def __init__(self, model_dir: str, engine: str, options: dict, spec: ReaderSpec | None = None):
         torch.set_num_threads(max(1, options.get("threads", os.cpu_count() or 1)))
         self.adapter = load_adapter(model_dir)
-        # `device` None: the GPU Ray gave this actor if any, else the CPU.
+        # `device` None: the GPU Ray gave this actor if any, else the CPU. dtype "auto" (or none given):
+        # bf16 on a GPU, fp32 on the CPU (`resolve_dtype`).
         self.engine = make_engine(engine, model_dir=model_dir, batch_size=options["batch_size"],
-                                  dtype=options.get("dtype", "float32"), device=options.get("device"),
+                                  dtype=resolve_dtype(options.get("dtype"), options.get("device")),
+                                  device=options.get("device"),
                                   **options.get("engine_options", {}))
         self.prep = PromptPrep(self.adapter, spec, limit=options.get("prefetch_prompts", 64)) if spec else None
         self.vision_passes = VisionPassCounter(getattr(self.engine, "model", None))

@@ -24,7 +24,13 @@ import torch.distributed as dist
 from transformers import PreTrainedModel
 
 from evr1.models.batch import ModelBatch
-from evr1.models.runtime import check_temperature, response_log_probs, token_log_probs
+from evr1.models.runtime import (
+    check_temperature,
+    chunked_token_log_probs,
+    hidden_instead_of_logits,
+    response_log_probs,
+    token_log_probs,
+)
 from evr1.models.ulysses import UlyssesState, enable_ulysses
 
 # Families whose decoder is attention only. Qwen3.5's gated-delta-net layers carry a recurrent state
@@ -132,7 +138,7 @@ def _text_model(model: PreTrainedModel) -> torch.nn.Module:
 
 def sp_response_log_probs(
     model: PreTrainedModel, batch: ModelBatch, group: dist.ProcessGroup | None, *, temperature: float = 1.0,
-    with_entropy: bool = False,
+    with_entropy: bool = False, chunk_tokens: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`runtime.response_log_probs` with the sequence split over the ranks of `group`.
 
@@ -141,10 +147,13 @@ def sp_response_log_probs(
     the same loss from the result and calls `.backward()`, the parameter gradients summed over the
     group's ranks equal that loss's gradient without sequence parallelism. `group=None` or a group of
     one rank is the plain path. Collective: all ranks of the group must call it together.
+    `chunk_tokens`: each rank applies the output head to its own slice's response positions that many
+    at a time (`runtime.chunked_token_log_probs`); None: full logits of the slice.
     """
     k = 1 if group is None else dist.get_world_size(group)
     if k == 1:
-        return response_log_probs(model, batch, temperature=temperature, with_entropy=with_entropy)
+        return response_log_probs(model, batch, temperature=temperature, with_entropy=with_entropy,
+                                  chunk_tokens=chunk_tokens)
     check_temperature(temperature)
     check_sp_family(model)
     b, lr = batch.response_mask.shape
@@ -164,12 +173,20 @@ def sp_response_log_probs(
     lo = max(start, first)
     cols = torch.arange(lo, max(lo, min(start + chunk, first + lr)), device=batch.input_ids.device)
     hook = lm.register_forward_pre_hook(_Shard(state, start, chunk), with_kwargs=True)
+    j = cols - first
     try:
-        logits = model(**batch.model_inputs(), logits_to_keep=cols - start, use_cache=False).logits
+        if chunk_tokens is None:
+            logits = model(**batch.model_inputs(), logits_to_keep=cols - start, use_cache=False).logits
+        else:
+            with hidden_instead_of_logits(model) as head:
+                hidden = model(**batch.model_inputs(), logits_to_keep=cols - start, use_cache=False).logits
     finally:
         hook.remove()
-    j = cols - first
-    lp, ent = token_log_probs(logits, batch.response_ids[:, j], batch.response_mask[:, j], temperature, with_entropy)
+    if chunk_tokens is None:
+        lp, ent = token_log_probs(logits, batch.response_ids[:, j], batch.response_mask[:, j], temperature, with_entropy)
+    else:  # the head read after the forward (FSDP2 keeps the root unit gathered until the backward)
+        lp, ent = chunked_token_log_probs(hidden, head.weight, batch.response_ids[:, j], batch.response_mask[:, j],
+                                          temperature, with_entropy, bias=head.bias, chunk_tokens=chunk_tokens)
     zeros = torch.zeros((b, lr), dtype=torch.float32, device=lp.device)
     log_probs = _SumOverGroup.apply(zeros.index_copy(1, j, lp), group)
     entropy = _SumOverGroup.apply(zeros.index_copy(1, j, ent), group) if with_entropy else None

@@ -1,8 +1,13 @@
-"""Building a sharded model with one copy of the checkpoint per node, not one per rank.
+"""Building a sharded model with one copy of the checkpoint per node, not one per rank, and never a
+full copy on an accelerator.
 
-Rank 0 reads the checkpoint; every other rank builds the architecture on the meta device (no
-memory), shards it, allocates only its shard, and receives its part of the weights by broadcast from
-rank 0 (`set_model_state_dict(..., broadcast_from_rank0=True)`). Buffers outside the state dict
+Rank 0 reads the checkpoint into host memory (CPU). Every rank, rank 0 included, builds the
+architecture on the meta device (no memory), shards it, allocates only its shard on its device, and
+receives its part of the weights by broadcast from rank 0's host copy, one tensor at a time
+(`set_model_state_dict(..., broadcast_from_rank0=True)` moves each tensor to the device, broadcasts
+it and keeps this rank's slice): a rank's device holds its shard plus at most one full tensor (the
+largest, the embedding or output head: 2.5 GB in fp32 for a 151,936 × 4,096 vocabulary), where rank 0
+used to build the whole model on its device (35 GB in fp32 for 8B). Buffers outside the state dict
 (rotary frequencies) are broadcast too, so all ranks hold exactly rank 0's values.
 """
 
@@ -23,24 +28,23 @@ from evr1.models import load_model
 def build_sharded(model_dir: str | Path, *, rank: int, dtype: torch.dtype, attn_implementation: str, device: str,
                   shard: Callable[[torch.nn.Module], None],
                   prepare: Callable[[torch.nn.Module], None] = lambda m: None) -> torch.nn.Module:
-    """The model at `model_dir`, sharded by `shard`, its weights read from disk on rank 0 only.
+    """The model at `model_dir` in `dtype`, sharded by `shard`, its weights read from disk on rank 0 only,
+    into host memory, and sent to every rank's device tensor by tensor (module docstring).
 
     `prepare` runs before sharding on every rank (train mode, gradient checkpointing, freezing).
     """
+    full, buffers = {}, {}
     if rank == 0:
-        model = load_model(model_dir, dtype=dtype, attn_implementation=attn_implementation).to(device)
-        full = dict(model.state_dict())
-        buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
-    else:
-        config = AutoConfig.from_pretrained(str(model_dir))
-        with torch.device("meta"):
-            model = AutoModelForImageTextToText.from_config(config, dtype=dtype,
-                                                            attn_implementation=attn_implementation)
-        full, buffers = {}, {}
+        host = load_model(model_dir, dtype=dtype, attn_implementation=attn_implementation)  # on the CPU
+        full = dict(host.state_dict())
+        buffers = {name: b.detach() for name, b in host.named_buffers()}
+        del host
+    config = AutoConfig.from_pretrained(str(model_dir))
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(config, dtype=dtype, attn_implementation=attn_implementation)
     prepare(model)
     shard(model)
-    if rank != 0:
-        model.to_empty(device=device)
+    model.to_empty(device=device)
     set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
     del full
     with torch.no_grad():
