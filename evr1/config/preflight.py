@@ -22,26 +22,16 @@ WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json")
 
 
-def _readable_file(key: str, value: str) -> str | None:
+def _readable_file(key: str, value: str, *, folder_ok: bool = False) -> str | None:
+    """A readable file (`folder_ok`: or a folder, as a dataset source whose data files are all read)."""
     path = Path(value).expanduser()
-    if not path.exists():
-        return f"{key}={value}: no such file"
-    if not path.is_file():
-        return f"{key}={value}: expected a file, found a {'folder' if path.is_dir() else 'special file'}"
-    if not os.access(path, os.R_OK):
-        return f"{key}={value}: the file is not readable"
-    return None
-
-
-def _file_or_folder(key: str, value: str) -> str | None:
-    """A dataset source: a file, or a folder whose data files are all read."""
-    path = Path(value).expanduser()
-    if path.is_dir():
+    if folder_ok and path.is_dir():
         return _folder(key, value)
+    what = "a file or a folder" if folder_ok else "a file"
     if not path.exists():
-        return f"{key}={value}: no such file or folder"
+        return f"{key}={value}: no such {what.replace('a ', '')}"
     if not path.is_file():
-        return f"{key}={value}: expected a file or a folder, found a special file"
+        return f"{key}={value}: expected {what}, found a {'folder' if path.is_dir() else 'special file'}"
     if not os.access(path, os.R_OK):
         return f"{key}={value}: the file is not readable"
     return None
@@ -132,9 +122,9 @@ def _data(cfg: Config) -> Iterator[str | None]:
         if not d.train_files:
             yield "data.train_files=[]: expected at least one dataset file (JSON, JSONL or Parquet), or data.synth for a synthetic set"
         for i, f in enumerate(d.train_files):
-            yield _file_or_folder(f"data.train_files[{i}]", f)
+            yield _readable_file(f"data.train_files[{i}]", f, folder_ok=True)
         for i, f in enumerate(d.eval_files):
-            yield _file_or_folder(f"data.eval_files[{i}]", f)
+            yield _readable_file(f"data.eval_files[{i}]", f, folder_ok=True)
     if d.data_root:
         yield _folder("data.data_root", d.data_root)
 
