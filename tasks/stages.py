@@ -100,7 +100,8 @@ def _watched(fn):
     def wrapper(*args, **kwargs):
         run_id = _run_key()
         if run_id:
-            lineage.set_context({"prefect.flow_run_id": run_id, "prefect.flow_run_url": _flow_run_url(run_id)})
+            lineage.set_context({"prefect.flow_run_id": run_id, "prefect.flow_run_url": _flow_run_url(run_id),
+                                 "prefect.flow_run_name": runtime.flow_run.name})
         with progress.sinks(_ArtifactBar) if run_id else contextlib.nullcontext(), \
                 ray_logs.forwarded(_logger()):
             return fn(*args, **kwargs)

@@ -160,10 +160,13 @@ def run(config: Path = typer.Argument(Path("conf/tiny.yaml")), overrides: Overri
                                  force=True if "all" in (force or []) else list(force or []))
     root = cfg.run_dir()
     console.rule("[bold green]evr1: done")
-    for r in results.values():
-        console.print(r.summary())
+    for key, r in results.items():
+        if key != "eval":  # "eval" is the first benchmark's result again (eval-<name> follows)
+            console.print(r.summary())
     if "eval" in results:
-        console.print("\n" + Path(results["eval"].extra["table"]).read_text())
+        from rich.markdown import Markdown
+
+        console.print(Markdown(Path(results["eval"].extra["table"]).read_text()))
     uri = cfg.tracking.uri or f"sqlite:///{root / 'mlflow.db'}"
     services = shlex.join([_tool("evr1"), "services", "up", str(config), *(overrides or [])])
     console.print(f"run folder:   {root}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import subprocess
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -107,7 +108,11 @@ def log_lance_input(uri: str, version: int | None, name: str, context: str) -> N
     from mlflow.data.meta_dataset import MetaDataset
 
     try:
-        source = resolve_dataset_source(uri)
+        with warnings.catch_warnings():
+            # A local Lance folder matches MLflow's local-artifact source twice (a plain path and a file
+            # URI) and it warns that it picked one, at every stage: the pick is the right one.
+            warnings.filterwarnings("ignore", message="The specified dataset source can be interpreted")
+            source = resolve_dataset_source(uri)
     except Exception:  # a URI scheme MLflow has no source for (e.g. lance+s3): keep it as a plain path
         from mlflow.data.http_dataset_source import HTTPDatasetSource
         source = HTTPDatasetSource(uri)

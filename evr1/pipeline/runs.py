@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from pathlib import Path
 
@@ -74,7 +75,7 @@ def tracker(cfg: Config, run_key: str | None = None) -> Tracker:
     if key in parents:
         tr.parent_run_id = parents[key]
     else:
-        tr.start_parent(cfg.run.name, params=flat_params(cfg),
+        tr.start_parent(parent_run_name(cfg), params=flat_params(cfg),
                         tags={"evr1.run_dir": str(root), "evr1.config_fingerprint": cfg.fingerprint(),
                               "evr1.git_commit": lineage.git_commit(), **lineage.context()})
         _type_experiment(tr)
@@ -83,6 +84,14 @@ def tracker(cfg: Config, run_key: str | None = None) -> Tracker:
         tmp.write_text(json.dumps(parents, indent=1))
         os.replace(tmp, marker)
     return tr
+
+
+def parent_run_name(cfg: Config) -> str:
+    """`<run.name> · <flow run>` (Prefect's flow-run name when a flow runs the stages, else the start
+    time): several flow runs of one config stay apart in MLflow's run list."""
+    context = lineage.context()
+    when = context.get("prefect.flow_run_name") or time.strftime("%Y-%m-%d %H:%M:%S")
+    return f"{cfg.run.name} · {when}"
 
 
 def _type_experiment(tr: Tracker) -> None:

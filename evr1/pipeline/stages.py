@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from evr1.cache.store import STORE_FORMAT
-from evr1.config import Config
+from evr1.config import Config, flat_params
 from evr1.pipeline import lineage
 from evr1.pipeline.keys import eval_dir, file_stats, short_hash, training_fingerprint
 from evr1.pipeline.results import StageResult
@@ -200,9 +200,14 @@ def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: S
     val_rows = read_samples(samples.uri, split="heldout") if cfg.trainer.val_every else None
     tr = tracker(cfg, run_key)
     out_dir = p["checkpoints"] / fingerprint
-    with tr.stage("train", params={"samples": len(rows), "excluded_undecodable": len(undecodable)},
-                  run_id=previous_train_run(out_dir, tr) if cfg.trainer.resume else None):
+    continued = previous_train_run(out_dir, tr) if cfg.trainer.resume else None
+    # The config on the run that holds the curves, so MLflow's Compare shows both on one kind of run.
+    with tr.stage("train", params={"samples": len(rows), "excluded_undecodable": len(undecodable), **flat_params(cfg)},
+                  run_id=continued):
         remember_train_run(out_dir, tr)
+        if continued and tr.enabled and tr.parent_run_id:
+            # This flow run continues an earlier one's training: its parent links to the run with the curve.
+            tr.client.set_tag(tr.parent_run_id, "evr1.continues_train_run", continued)
         done = tr.logged_steps()  # a continued run: what the killed command logged is not logged twice
         bars = progress.TrainingProgress(cfg.trainer.warmup_sft_steps, cfg.trainer.steps)
 
@@ -232,6 +237,7 @@ def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: S
     final = result.final_metrics
     headline = {k: final[k] for k in ("reward/overall", "reward/accuracy", "reward/format", "actor/pg_loss",
                                        "actor/kl_loss", "actor/entropy") if k in final}
+    tr.log_parent_metrics({f"train/{k}": v for k, v in headline.items() if k.startswith("reward/")})
     return StageResult(stage="train", uri=str(result.checkpoint), version=result.steps,
                        content_hash=short_hash(fingerprint, result.steps), metrics=headline,
                        extra={"fingerprint": fingerprint,
@@ -341,7 +347,12 @@ def stage_eval_suite(cfg: Config, model: StageResult, samples: StageResult, fram
                 results.append(StageResult(stage="eval", uri=str(out / bench.name), content_hash=model.content_hash,
                                        metrics=summary.metrics(), extra={"table": str(out / bench.name / "table.md"),
                                                                          "summary": str(out / bench.name / "summary.json")}))
-        _plot_scores(tr, {b.name: summaries[b.name].score for b in benches})
+        scores = {b.name: summaries[b.name].score for b in benches}
+        _plot_scores(tr, scores)
+        tr.log_parent_metrics({f"eval/{k}": v for k, v in scores.items()})
+        name = model.extra.get("name") or cfg.tracking.register_model
+        if name and model.version is not None and model.stage in ("merge", "model"):  # a registered version
+            tr.score_model_version(name, model.version, scores)
     return results
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import signal
 import socket
@@ -246,7 +247,23 @@ class Tracker:
         tags = {"evr1.model_dir": str(model_dir), **({"evr1.weights_sha256": weights_sha256} if weights_sha256 else {})}
         version = client.create_model_version(name, source=source, run_id=run.info.run_id, tags=tags,
                                               description=description)
+        client.set_registered_model_alias(name, CANDIDATE_ALIAS, version.version)
         return str(version.version)
+
+    def score_model_version(self, name: str, version: str | int, scores: Mapping[str, float]) -> None:
+        """Tag a registered version with its evaluation scores (`eval.<benchmark>` = score), so the
+        registry lists each version beside what it scored."""
+        if not self.enabled:
+            return
+        for benchmark, value in scores.items():
+            self.client.set_model_version_tag(name, str(version), f"eval.{benchmark}", f"{value:.4f}")
+
+    def log_parent_metrics(self, metrics: Mapping[str, float]) -> None:
+        """Headline figures on the parent run, where a person comparing runs looks first."""
+        if self.enabled and self.parent_run_id and metrics:
+            client = self.client
+            for key, value in metrics.items():
+                client.log_metric(self.parent_run_id, key, float(value))
 
 
 def owner_tags() -> dict[str, str]:
@@ -261,8 +278,13 @@ def _log_params_chunked(params: Mapping[str, Any]) -> None:
         mlflow.log_params(dict(items[i : i + 100]))
 
 
+# The alias every newly registered version takes: what a nightly evaluation follows (`models:/name@candidate`).
+CANDIDATE_ALIAS = "candidate"
+
+
 def latest_model_version(uri: str, name: str) -> tuple[str, Path] | None:
-    """The newest registered version of `name` and the model directory it was merged into."""
+    """The version of `name` the `candidate` alias names (the newest registered one when no version
+    carries it) and the model directory it was merged into."""
     client = MlflowClient(uri)
     try:
         versions = client.search_model_versions(f"name = '{name}'")
@@ -270,7 +292,10 @@ def latest_model_version(uri: str, name: str) -> tuple[str, Path] | None:
         return None
     if not versions:
         return None
-    newest = max(versions, key=lambda v: int(v.version))
+    try:
+        newest = client.get_model_version_by_alias(name, CANDIDATE_ALIAS)
+    except mlflow.exceptions.MlflowException:
+        newest = max(versions, key=lambda v: int(v.version))
     model_dir = (newest.tags or {}).get("evr1.model_dir")
     if model_dir and Path(model_dir).exists():
         return newest.version, Path(model_dir)
@@ -279,3 +304,5 @@ def latest_model_version(uri: str, name: str) -> tuple[str, Path] | None:
 
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+# "Creating initial MLflow database tables…" at INFO on every new run folder: nothing a user acts on.
+logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +45,9 @@ def merge_checkpoint(checkpoint: Path, out_dir: Path, *, base_model: Path | None
     model = AutoModelForImageTextToText.from_config(config)
     model_sd = model.state_dict()
     # A single-process load of a multi-rank checkpoint: DCP reshards to whatever layout we ask for.
-    dcp.load({"model": model_sd}, checkpoint_id=str(checkpoint), no_dist=True)
+    with warnings.catch_warnings():  # no_dist=True is the point: torch warns that it assumes one process
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load({"model": model_sd}, checkpoint_id=str(checkpoint), no_dist=True)
     model.load_state_dict(model_sd)
     if dtype is not None:
         model.to(_DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype)

@@ -131,3 +131,28 @@ def test_plots_are_png_artifacts_of_the_runs(runs, tmp_path):
                                                     tracking_uri=f"sqlite:///{runs['root'] / 'mlflow.db'}")
         data = Path(local).read_bytes()
         assert data.startswith(PNG) and len(data) > 2000, name
+
+
+@pytest.mark.e2e
+def test_mlflow_reads_as_its_users_expect(runs):
+    """Parent runs named by the run and the flow run; the config on the train run beside its curves;
+    headline figures on the parent; the registered version scored and named by the `candidate` alias
+    that the nightly evaluation follows."""
+    from evr1.tracking.tracker import CANDIDATE_ALIAS, latest_model_version
+
+    client: MlflowClient = runs["mlflow"]
+    exp = client.get_experiment_by_name("evr1-tiny")
+    parents = client.search_runs([exp.experiment_id], "tags.`evr1.run_dir` != ''")
+    names = {r.info.run_name for r in parents}
+    assert len(names) == 2 and all(n.startswith("obs · ") for n in names), names
+    train = client.search_runs([exp.experiment_id], "tags.`evr1.stage` = 'train'")[0]
+    assert train.data.params["trainer.steps"] == "2" and train.data.params["rollout.n"] == "2"
+    first_parent = client.get_run(train.data.tags["mlflow.parentRunId"])
+    assert {"train/reward/overall", "eval/heldout"} <= set(first_parent.data.metrics)
+    merge = client.search_runs([exp.experiment_id], "tags.`evr1.stage` = 'merge'")[0]
+    name = merge.data.tags["evr1.out.registered_model"]
+    version = client.get_model_version_by_alias(name, CANDIDATE_ALIAS)
+    assert str(version.version) == merge.data.tags["evr1.out.registered_version"]
+    assert 0.0 <= float(version.tags["eval.heldout"]) <= 1.0
+    found = latest_model_version(f"sqlite:///{runs['root'] / 'mlflow.db'}", name)
+    assert found is not None and str(found[0]) == str(version.version)
