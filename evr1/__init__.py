@@ -18,14 +18,17 @@ MOVED: dict[str, str] = {"evr1.results": "evr1.pipeline.results"}
 
 
 class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """The old name is bound to the new module itself (one module object, one `StageResult` class);
+    the import system's placeholder for the old name is dropped, and the new module is left untouched."""
+
     def find_spec(self, fullname, path=None, target=None):  # noqa: D102
         return importlib.util.spec_from_loader(fullname, self) if fullname in MOVED else None
 
     def create_module(self, spec):  # noqa: D102
-        return importlib.import_module(MOVED[spec.name])
+        return None  # the default placeholder module
 
     def exec_module(self, module):  # noqa: D102
-        sys.modules[module.__spec__.name if hasattr(module, "__spec__") else module.__name__] = module
+        sys.modules[module.__name__] = importlib.import_module(MOVED[module.__name__])
 
 
 sys.meta_path.append(_MovedModules())
