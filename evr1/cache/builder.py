@@ -24,8 +24,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-import lance
-import pyarrow as pa
 from rich.console import Console
 
 from evr1.cache.keys import (
@@ -38,13 +36,13 @@ from evr1.cache.keys import (
     hash_index_for,
 )
 from evr1.cache.paths import resolve_media_path
+from evr1.cache.rejects import REJECTS_SCHEMA, distinct_rejects, write_rejects  # noqa: F401 (re-exported)
 from evr1.cache.store import (
     build_lock,
     clip_row,
     commit_fragments,
     ensure_frames,
     existing_keys,
-    open_table,
     remove_stray_files,
     write_fragment,
 )
@@ -62,16 +60,6 @@ HASH_SCOPE = "hash"
 TRANSIENT_KINDS = frozenset({"error"})  # not remembered: a crash of ours or of a worker, not the file's fault
 
 log = logging.getLogger(__name__)
-
-REJECTS_SCHEMA = pa.schema(
-    [
-        pa.field("record_id", pa.string()),
-        pa.field("path", pa.string()),
-        pa.field("stage", pa.string()),
-        pa.field("reason", pa.string()),
-    ]
-)
-
 
 @dataclass
 class CacheBuildReport:
@@ -281,43 +269,6 @@ def _run_ray(jobs: list[_Job], params: FrameParams, timeout_s: float | None, wor
             ray.wait(list(pending), num_returns=len(pending), timeout=CANCEL_GRACE_S)
         if started:
             ray.shutdown()
-
-
-# --- rejects -----------------------------------------------------------------------------------
-
-
-def distinct_rejects(rejects: list[dict]) -> list[dict]:
-    """One row per (media path, reason): the records that asked for that media joined in `record_id`."""
-    grouped: dict[tuple[str, str], dict] = {}
-    for r in rejects:
-        row = grouped.setdefault((r["path"], r["reason"]), {**r, "record_id": []})
-        if r["record_id"] not in row["record_id"]:
-            row["record_id"].append(r["record_id"])
-    return [{**row, "record_id": ", ".join(row["record_id"])} for row in grouped.values()]
-
-
-def write_rejects(uri: str, rejects: list[dict]) -> int | None:
-    """Add reject rows (record_id, path, stage, reason) to a Lance table, creating it if needed.
-
-    One row per distinct media and reason: a (path, reason) already in the table is not added again,
-    so re-running cache, train and eval does not grow it. An existing table with more columns (e.g.
-    ingest's rejects) gets nulls in the ones we lack.
-    """
-    rows = distinct_rejects(rejects)
-    if not rows:
-        return None
-    existing = open_table(uri)
-    schema = existing.schema if existing is not None else REJECTS_SCHEMA
-    missing = [f.name for f in REJECTS_SCHEMA if f.name not in schema.names]
-    if missing:
-        raise ValueError(f"rejects table {uri} lacks columns {missing}")
-    if existing is not None:
-        seen = {(r["path"], r["reason"]) for r in existing.to_table(columns=["path", "reason"]).to_pylist()}
-        rows = [r for r in rows if (r["path"], r["reason"]) not in seen]
-        if not rows:
-            return None
-    table = pa.Table.from_pylist([{n: r.get(n) for n in schema.names} for r in rows], schema=schema)
-    return lance.write_dataset(table, uri, mode="append" if existing is not None else "create").version
 
 
 # --- the build ---------------------------------------------------------------------------------
