@@ -209,9 +209,11 @@ def plan(config: Path, overrides: Overrides = None,
          world_size: Annotated[Optional[int], typer.Option(help="default: trainer.world_size")] = None,
          video_size: Annotated[str, typer.Option(help="source frame HEIGHTxWIDTH before the pixel budget")] = "720x1280",
          prompt_text_tokens: Annotated[int, typer.Option(help="text tokens of the question")] = 128,
-         colocated: Annotated[bool, typer.Option("--colocated", help="the rollout engine shares each rank's "
-                                                 "GPU (adds rollout.vllm's memory share)")] = False) -> None:
-    """Memory per GPU for the config's model, frames and pixel budget, with and without sequence parallelism."""
+         colocated: Annotated[Optional[bool], typer.Option("--colocated/--separate", help="the rollout engine shares "
+                                                           "each rank's GPU (adds rollout.vllm's memory share) or has "
+                                                           "a GPU of its own; default: rollout.placement")] = None) -> None:
+    """Memory per GPU for the config's model, frames and pixel budget, with and without sequence
+    parallelism, and the Ray placement of the ranks and the rollout worker (GPUs, bundles)."""
     from evr1.train.plan import plan_for_config
 
     cfg = _config(config, overrides, USES["plan"])

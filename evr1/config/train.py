@@ -67,6 +67,22 @@ class RolloutConfig(Section):
     template: str | None = None
     vllm: VLLMConfig = VLLMConfig()
     correction: RolloutCorrection = RolloutCorrection()
+    # Where generation runs. colocated: an engine inside every policy rank, on the rank's own GPU,
+    # generating that rank's share of the step's prompts and asleep while it trains (verl/EasyR1's
+    # hybrid engine); separate: one rollout worker beside the ranks with a GPU of its own (CPU runs,
+    # debugging). auto: colocated on `trainer.device: cuda`, separate on the CPU.
+    placement: Literal["auto", "colocated", "separate"] = "auto"
+    # What a colocated vLLM engine frees while its rank trains: 1 its KV cache (weights kept in host
+    # memory), 2 weights too (every sync then sends every weight the engine holds). 0: never sleeps.
+    sleep_level: int = Field(2, ge=0, le=2)
+    # Where a process boundary is crossed (the separate worker), weights travel in buckets of this size.
+    sync_bucket_mb: int = Field(1024, ge=1)
+
+    def placement_for(self, device: str) -> str:
+        """`placement` with auto resolved for `device`."""
+        if self.placement != "auto":
+            return self.placement
+        return "colocated" if device == "cuda" else "separate"
 
 
 class AlgorithmConfig(Section):

@@ -10,6 +10,7 @@ import abc
 import asyncio
 import importlib
 import inspect
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -30,6 +31,14 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = 0
     seed: int | None = None
+    # One seed per prompt of the call (empty: none). When given, prompt i's `n` samples depend only
+    # on its inputs, seeds[i], the model and the other fields here: not on the other prompts of the
+    # call, their order, the engine's batch size or which engine instance runs it (so 1 engine and
+    # N engines each given their share of the prompts, with their seeds, sample the same). `seed` is
+    # then ignored. Each in [0, 2**63): vLLM reads -1 as "no seed", and seeds each of a prompt's n
+    # samples with seeds[i] + j, so space a call's seeds at least n apart (or hash them) where the
+    # same prompt may appear under two seeds. Greedy decoding ignores them (it is deterministic).
+    seeds: tuple[int, ...] = ()
     # vLLM's presence penalty (Qwen3-VL's recommended Instruct setting is 1.5); transformers has none.
     presence_penalty: float = 0.0
     # Strings that end a response (kept in it, like vLLM's include_stop_str_in_output), e.g.
@@ -41,6 +50,8 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop", tuple(self.stop))  # a list after a trip through Ray
+        object.__setattr__(self, "seeds", tuple(
+            int(x) if isinstance(x, numbers.Integral) and not isinstance(x, bool) else x for x in self.seeds))
         checks = {
             "n": self.n >= 1,
             "max_new_tokens": self.max_new_tokens >= 1,
@@ -49,6 +60,7 @@ class SamplingParams:
             "top_k": self.top_k >= 0,
             "presence_penalty": -2.0 <= self.presence_penalty <= 2.0,
             "stop": all(isinstance(x, str) and x for x in self.stop),
+            "seeds": all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**63 for x in self.seeds),
         }
         for name, ok in checks.items():
             if not ok:
@@ -57,6 +69,15 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+    def prompt_seeds(self, num_prompts: int) -> tuple[int, ...] | None:
+        """`seeds` checked against a call of `num_prompts` prompts, or None when not given."""
+        if not self.seeds:
+            return None
+        if len(self.seeds) != num_prompts:
+            raise ValueError(f"SamplingParams: field seeds has {len(self.seeds)} seeds for a call of "
+                             f"{num_prompts} prompts (one seed per prompt)")
+        return self.seeds
 
 
 @dataclass

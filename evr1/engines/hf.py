@@ -108,20 +108,28 @@ class HFEngine(EngineBase):
         )
 
     def generate(self, prompts: Sequence[PromptInputs], params: SamplingParams) -> list[list[Generation]]:
-        """`params.n` generations per prompt, in prompt order; a fixed `params.seed` reproduces them."""
+        """`params.n` generations per prompt, in prompt order. A fixed `params.seed` reproduces a call
+        (chunk k of `batch_size` prompts is seeded with seed + k); `params.seeds` makes each prompt's
+        samples its own, whatever call, batch size or engine it lands in (one `generate` per prompt)."""
         if params.presence_penalty:
             raise ValueError(f"HFEngine: field presence_penalty={params.presence_penalty} has no transformers "
                              "equivalent; use the vllm engine for it, or set it to 0")
+        seeds = params.prompt_seeds(len(prompts))
         # Greedy decoding is deterministic: decode once and repeat (HF refuses n > 1 without sampling).
         num_return = 1 if params.greedy else params.n
         config = self._generation_config(params, num_return)
+        # Per-prompt seeds: each prompt alone (no padding, no neighbours drawing from its RNG), its n
+        # samples one batch of n return sequences. Greedy needs no seed: it stays batched.
+        if seeds is not None and not params.greedy:
+            calls = [([p], s) for p, s in zip(prompts, seeds)]
+        else:
+            calls = [(prompts[start : start + self.batch_size], None if params.seed is None else params.seed + k)
+                     for k, start in enumerate(range(0, len(prompts), self.batch_size))]
         results: list[list[Generation]] = []
         was_training = self.model.training
         self.model.eval()
         try:
-            for chunk_index, start in enumerate(range(0, len(prompts), self.batch_size)):
-                chunk = prompts[start : start + self.batch_size]
-                seed = None if params.seed is None else params.seed + chunk_index
+            for chunk, seed in calls:
                 rows = self._generate_chunk(chunk, config, seed)
                 for i in range(len(chunk)):
                     samples = [self._to_generation(r, params) for r in rows[i * num_return : (i + 1) * num_return]]

@@ -8,6 +8,8 @@ itself concurrent (the HF engine) gets one call at a time.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import asyncio
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -55,9 +57,12 @@ class EnginePool(EngineBase):
         """Split `prompts` into one contiguous share per replica, generate the shares in parallel, in order."""
         n = len(self.engines)
         bounds = [len(prompts) * k // n for k in range(n + 1)]
-        shares = [(self.engines[k], prompts[bounds[k]:bounds[k + 1]]) for k in range(n) if bounds[k] < bounds[k + 1]]
+        seeds = params.prompt_seeds(len(prompts))  # per-prompt seeds travel with their prompts
+        shares = [(self.engines[k], prompts[bounds[k]:bounds[k + 1]],
+                   params if seeds is None else replace(params, seeds=tuple(seeds[bounds[k]:bounds[k + 1]])))
+                  for k in range(n) if bounds[k] < bounds[k + 1]]
         with ThreadPoolExecutor(max_workers=len(shares) or 1) as pool:
-            outs = list(pool.map(lambda share: share[0].generate(share[1], params), shares))
+            outs = list(pool.map(lambda share: share[0].generate(share[1], share[2]), shares))
         return [row for out in outs for row in out]
 
     def shutdown(self) -> None:

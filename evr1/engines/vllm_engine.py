@@ -180,7 +180,8 @@ class VLLMEngine(EngineBase):
             request["mm_processor_kwargs"] = dict(MM_PROCESSOR_KWARGS)
         return request
 
-    def _sampling_params(self, params: SamplingParams) -> Any:
+    def _sampling_params(self, params: SamplingParams, seed: int | None = None) -> Any:
+        """vLLM's sampling params; `seed` (a prompt's `params.seeds[i]`) replaces `params.seed`."""
         from vllm import SamplingParams as VllmSamplingParams
 
         return VllmSamplingParams(
@@ -189,7 +190,7 @@ class VLLMEngine(EngineBase):
             temperature=params.temperature,
             top_p=params.top_p,
             top_k=params.top_k if params.top_k > 0 else -1,
-            seed=params.seed,
+            seed=params.seed if seed is None else seed,  # vLLM seeds the n samples with seed + j
             stop_token_ids=list(self.adapter.eos_token_ids),
             stop=list(params.stop) or None,
             include_stop_str_in_output=True,  # the policy wrote it: it is trained on, like an eos
@@ -226,7 +227,7 @@ class VLLMEngine(EngineBase):
         if self.asynchronous:
             raise RuntimeError("VLLMEngine built with asynchronous=True: call `await engine.agenerate(...)`")
         outputs = self.llm.generate(
-            [self._request(p) for p in prompts], self._sampling_params(params), use_tqdm=False
+            [self._request(p) for p in prompts], self._per_prompt_sampling(prompts, params), use_tqdm=False
         )
         return [self._generations(p, o, params) for p, o in zip(prompts, outputs)]
 
@@ -235,15 +236,24 @@ class VLLMEngine(EngineBase):
             return await super().agenerate(prompts, params)
         import asyncio
 
-        sampling = self._sampling_params(params)
+        sampling = self._per_prompt_sampling(prompts, params)
+        if not isinstance(sampling, list):
+            sampling = [sampling] * len(prompts)
 
-        async def one(prompt: PromptInputs) -> list[Generation]:
+        async def one(prompt: PromptInputs, sp: Any) -> list[Generation]:
             final = None
-            async for out in self.llm.generate(self._request(prompt), sampling, request_id=uuid.uuid4().hex):
+            async for out in self.llm.generate(self._request(prompt), sp, request_id=uuid.uuid4().hex):
                 final = out
             return self._generations(prompt, final, params)
 
-        return list(await asyncio.gather(*(one(p) for p in prompts)))
+        return list(await asyncio.gather(*(one(p, sp) for p, sp in zip(prompts, sampling))))
+
+    def _per_prompt_sampling(self, prompts: Sequence[PromptInputs], params: SamplingParams) -> Any:
+        """One vLLM SamplingParams for the call, or with `params.seeds` one per prompt (its own seed)."""
+        seeds = params.prompt_seeds(len(prompts))
+        if seeds is None:
+            return self._sampling_params(params)
+        return [self._sampling_params(params, seed) for seed in seeds]
 
     # -- weights -----------------------------------------------------------------------------------
 
@@ -306,6 +316,35 @@ class VLLMEngine(EngineBase):
             raise RuntimeError("aupdate_weights: vLLM could not reset its prefix cache (requests still running)")
         await self.llm.reset_encoder_cache()
         return self._report(stats, buckets, start)
+
+    # -- lifecycle of a colocated engine (a policy rank's own; `RolloutWorker.sleep` / `wake_up`) -----
+
+    @property
+    def sleep_mode(self) -> bool:
+        """Whether the engine was built with `enable_sleep_mode` (vLLM has it on CUDA only)."""
+        config = getattr(self.llm, "model_config", None) or self.llm.llm_engine.model_config
+        return bool(getattr(config, "enable_sleep_mode", False))
+
+    def sleep(self, level: int) -> None:
+        """Free the KV cache (level 1: weights offloaded to host memory; level 2: weights dropped,
+        every parameter must then be synced before the next generate). A no-op without sleep mode."""
+        if self.sleep_mode and level:
+            self.reset_caches()
+            self.llm.sleep(level=level)
+
+    def wake_up(self, tags: Sequence[str] | None = None) -> None:
+        """Re-allocate what `sleep` freed (`tags`: "weights", "kv_cache"; None: both)."""
+        if self.sleep_mode:
+            self.llm.wake_up(tags=list(tags) if tags else None)
+
+    def reset_caches(self) -> None:
+        """Forget the prefix (KV) and encoder (vision embedding) caches: after every load and before
+        a sleep (the encoder cache otherwise holds memory across it)."""
+        if self.asynchronous:
+            raise RuntimeError("VLLMEngine.reset_caches: an asynchronous engine resets in `aupdate_weights`")
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError("reset_caches: vLLM could not reset its prefix cache (requests still running)")
+        self.llm.llm_engine.reset_encoder_cache()
 
     def _sync_dir(self) -> str:
         from evr1.engines.vllm_sync import default_sync_dir

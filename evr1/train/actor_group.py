@@ -1,9 +1,9 @@
 """The actor group: the driver's handle on the Ray actors that do the work (slime's `ray/actor_group.py`).
 
-`world_size` FSDP2 policy ranks plus one rollout worker today; every call from the driver to them
-goes through `ActorGroup` and its `MessageLog`, which measures what the driver sends. The placement
-of the rollout side (one engine per rank, weight hand-over in place) is what the rollout-scale work
-changes next; the loop in `trainer.py` only calls `all`, `each_shard`, `announce` and `sync_weights`.
+`world_size` FSDP2 policy ranks and the rollout side: an engine inside every rank (colocated) or
+one rollout worker beside them (separate), behind `rollout_backend.RolloutBackend`. Every call from
+the driver to them goes through `ActorGroup` and its `MessageLog`, which measures what the driver
+sends; the loop in `trainer.py` only calls `all`, `each_shard`, `announce`, `rollout` and `sync_weights`.
 """
 
 from __future__ import annotations
@@ -53,35 +53,56 @@ def engine_options(cfg: Config) -> dict:
     if cfg.rollout.engine != "vllm":
         return {}
     options = {**cfg.rollout.vllm.engine_options(), "seed": cfg.run.seed}
+    if cfg.rollout.placement_for(cfg.trainer.device) == "colocated" and cfg.trainer.device == "cuda" \
+            and cfg.rollout.sleep_level:
+        options["enable_sleep_mode"] = True  # asleep while its rank trains (vLLM has sleep mode on CUDA only)
     if options["logprobs_mode"] == "auto":
         options["logprobs_mode"] = "raw_logprobs" if cfg.rollout.temperature in (0.0, 1.0) else "processed_logprobs"
     return options
 
 
 class ActorGroup:
-    """The actor group: `world_size` FSDP2 ranks plus one rollout worker.
+    """The actor group: `world_size` FSDP2 ranks and the rollout side (`rollout_backend`).
 
-    Ranks are created first; rank 0 then names a free port on its own node for the rendezvous, so
-    the group also forms when Ray places rank 0 on a different node from the driver. Every call goes
-    through `messages`, which measures what the driver sends.
+    The resources are planned from the config (`placement.plan_resources`) and checked against the
+    cluster before any actor starts: a config that does not fit fails at once with one line, one
+    that fits is placed in a placement group (rank i on bundle i, a colocated engine in its rank's
+    process). Rank 0 then names a free port on its own node for the rendezvous, so the group also
+    forms when Ray places rank 0 on a different node from the driver. Every call goes through
+    `messages`, which measures what the driver sends.
     """
 
     def __init__(self, cfg: Config, model_dir: Path, spec: ReaderSpec):
+        from evr1.train import placement
+        from evr1.train.rollout_backend import ColocatedRollout, SeparateRollout
+
         t = cfg.trainer
-        gpus = 1 if t.device == "cuda" else 0
-        Policy = ray.remote(num_cpus=0, num_gpus=gpus)(PolicyWorker)
-        Rollout = ray.remote(num_cpus=0, num_gpus=gpus)(RolloutWorker)
+        self.plan = placement.plan_resources(cfg)
+        placement.check(self.plan, ray.cluster_resources(), [n for n in ray.nodes() if n.get("Alive")])
+        self.pg = placement.make_placement_group(self.plan)
         options = worker_options(cfg)
         self.messages = MessageLog()
         self.sequence_parallel = t.sequence_parallel
-        self.ranks = [Policy.remote(r, t.world_size, str(model_dir), options, spec) for r in range(t.world_size)]
-        self.rollout = Rollout.remote(str(model_dir), cfg.rollout.engine,
-                                      {"batch_size": cfg.rollout.batch_size,
-                                       "dtype": configured_dtype(cfg.model, t.device),  # bf16 on GPU unless set
-                                       "device": t.device, "prefetch_prompts": t.prefetch_prompts,
-                                       "engine_options": engine_options(cfg)}, spec)
+        self.actors: list = []
+        self.ranks = [ray.remote(PolicyWorker).options(**placement.actor_options(self.plan, self.pg, "rank", r))
+                      .remote(r, t.world_size, str(model_dir), options, spec) for r in range(t.world_size)]
+        self.actors += self.ranks
+        engine = {"batch_size": cfg.rollout.batch_size,
+                  "dtype": configured_dtype(cfg.model, t.device),  # bf16 on GPU unless set
+                  "device": t.device, "prefetch_prompts": t.prefetch_prompts,
+                  "engine_options": engine_options(cfg)}
         master = ray.get(self.ranks[0].endpoint.remote())
         self.all("setup", master)
+        if self.plan.mode == "colocated":
+            self.all("build_engine", cfg.rollout.engine, engine, cfg.rollout.sleep_level)
+            self.rollout = ColocatedRollout(self.ranks, self.messages, gather=lambda refs: gather(refs, self))
+        else:
+            actor = ray.remote(RolloutWorker).options(**placement.actor_options(self.plan, self.pg, "rollout", 0)) \
+                .remote(str(model_dir), cfg.rollout.engine, engine, spec)
+            self.actors.append(actor)
+            dtype = str(engine["dtype"]).removeprefix("torch.")
+            self.rollout = SeparateRollout(actor, self.ranks, self.messages, weight_dtype=dtype,
+                                           bucket_bytes=_bucket_bytes(cfg), gather=lambda refs: gather(refs, self))
 
     def all(self, method: str, *args) -> list:
         return gather([self.messages.call(getattr(r, method), *args) for r in self.ranks], self)
@@ -107,16 +128,18 @@ class ActorGroup:
             first, last = k * per // n, ((k + 1) * per - 1) // n
             self.messages.call(rank.prefetch, rows[first:last + 1])
 
-    def sync_weights(self) -> dict[str, float]:
-        """The policy's weights into the rollout engine; returns what the engine reports it moved."""
-        # Every rank takes part in gathering the full state dict; rank 0's result goes straight from
-        # its object store to the rollout worker, never through the driver.
-        refs = [r.full_state_dict.remote() for r in self.ranks]
-        return gather([self.messages.call(self.rollout.set_weights, refs[0]), *refs[1:]], self)[0]
+    def sync_weights(self, version: int) -> dict[str, float]:
+        """The policy's weights into every rollout engine (`RolloutBackend.sync`): what was moved."""
+        return self.rollout.sync(version)
 
     def kill(self) -> None:
-        for actor in [*self.ranks, self.rollout]:
+        for actor in self.actors:
             ray.kill(actor)
+        if self.pg is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            remove_placement_group(self.pg)
+            self.pg = None
 
     def shutdown(self) -> None:
         try:
@@ -124,6 +147,13 @@ class ActorGroup:
         except Exception:  # noqa: BLE001 - a dead rank must not stop the others from being killed
             pass
         self.kill()
+
+
+def _bucket_bytes(cfg: Config) -> int:
+    """`rollout.sync_bucket_mb`, at most a quarter of Ray's object store (the buckets a separate
+    worker receives pass through it, two at a time)."""
+    store = cfg.orchestration.ray_object_store_mb
+    return int(min(cfg.rollout.sync_bucket_mb, store / 4 if store else cfg.rollout.sync_bucket_mb) * 2**20)
 
 
 def gather(refs: list, cluster: ActorGroup | None = None) -> list:

@@ -6,24 +6,30 @@ draw budget is spent. ReMax adds a greedy response per prompt whose score is the
 offline-online mode a sample's pre-collected trajectory replaces the last of its n responses
 (evr1/train/offline.py) before anything is scored.
 
-The driver sends the rollout worker sample rows; the worker reads and encodes them and answers which
-were readable (`prepare`), so a sample whose media cannot be read is skipped and counted here.
+The driver sends the rollout engines sample rows (`rollout_backend.RolloutBackend`, wherever the
+engines are); they read and encode them and answer which were readable (`prepare`), so a sample
+whose media cannot be read is skipped and counted here.
+
+Each prompt's samples are drawn from a seed of its own, derived from the run's seed, the step, the
+draw, its slot and its key (`group_seed`): the same on one engine or on eight, whichever engine or
+batch the prompt lands in.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Callable
 
-import ray
 import torch
 
 from evr1 import rl
 from evr1.config import Config
 from evr1.data.ingest import reward_sample
 from evr1.train import offline as offline_mix
-from evr1.train.messages import MessageLog
 from evr1.train.prompt_source import PromptSource
+from evr1.train.protocol import row_key
+from evr1.train.rollout_backend import RolloutBackend
 
 
 @dataclass
@@ -76,15 +82,22 @@ def sampling(cfg: Config, seed: int, *, greedy: bool = False) -> dict:
             "top_k": max(ro.top_k, 0), "seed": seed, "stop": ro.stop, "logprobs": True}
 
 
-def draw_readable(source: PromptSource, rollout_actor, size: int, metrics: dict,
-                  messages: MessageLog) -> tuple[list[dict], list[int], list[int]]:
+def group_seed(run_seed: int, step: int, draw: int, slot: int, key: str) -> int:
+    """The sampling seed of one prompt's group: a function of the data (run seed, step, draw, the
+    prompt's slot in the draw and its sample key), never of where it is generated. 31 bits."""
+    digest = hashlib.blake2b(f"{run_seed}|{step}|{draw}|{slot}|{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & 0x7FFFFFFF
+
+
+def draw_readable(source: PromptSource, rollout: RolloutBackend, size: int,
+                  metrics: dict) -> tuple[list[dict], list, list[int]]:
     """`size` samples whose media the rollout worker could read, with its prompt handles and prompt
     lengths; an unreadable sample is skipped, counted in `data/skipped_samples`, and replaced by the
     next one, so one bad file never stops training."""
     rows, handles, lengths, skipped = [], [], [], 0
     while len(rows) < size:
         drawn = source.next_batch(size - len(rows))
-        for row, answer in zip(drawn, ray.get(messages.call(rollout_actor.prepare, drawn))):
+        for row, answer in zip(drawn, rollout.prepare(drawn)):
             if "error" in answer:
                 skipped += 1
                 if skipped > max(10, 2 * size):
@@ -101,13 +114,14 @@ def draw_readable(source: PromptSource, rollout_actor, size: int, metrics: dict,
 Announce = Callable[[list[dict]], None]
 
 
-def _draw(cfg: Config, rollout_actor, source: PromptSource, adapter, score: Scorer, *, seed: int, step: int,
-          first_group: int, metrics: dict, messages: MessageLog, announce: Announce) -> Rollout:
+def _draw(cfg: Config, rollout: RolloutBackend, source: PromptSource, adapter, score: Scorer, *, seed: int, step: int,
+          draw: int, first_group: int, metrics: dict, announce: Announce) -> Rollout:
     ro = cfg.rollout
     mixing = bool(cfg.data.offline_key) and cfg.algorithm.offline_ratio > 0
-    batch, handles, lengths = draw_readable(source, rollout_actor, cfg.trainer.prompts_per_step, metrics, messages)
+    batch, handles, lengths = draw_readable(source, rollout, cfg.trainer.prompts_per_step, metrics)
     announce(batch)  # the policy ranks start reading these while the rollout generates
-    groups_out = ray.get(messages.call(rollout_actor.generate_prepared, handles, sampling(cfg, seed)))
+    seeds = [group_seed(cfg.run.seed, step, draw, i, row_key(row)) for i, row in enumerate(batch)]
+    groups_out = rollout.generate(handles, {**sampling(cfg, seed), "seeds": seeds})
     out = Rollout()
     samples = []
     for i, (sample, group) in enumerate(zip(batch, groups_out)):
@@ -133,7 +147,7 @@ def _draw(cfg: Config, rollout_actor, source: PromptSource, adapter, score: Scor
         if isinstance(v, (int, float)) and "per_second" not in k:  # counts add up over draws; rates do not
             metrics[f"reward/{k}"] = metrics.get(f"reward/{k}", 0.0) + float(v)
     if cfg.algorithm.adv_estimator == "remax":
-        greedy = ray.get(messages.call(rollout_actor.generate_prepared, handles, sampling(cfg, seed, greedy=True)))
+        greedy = rollout.generate(handles, sampling(cfg, seed, greedy=True))
         base_scores, _ = score([g[0]["text"] for g in greedy], [reward_sample(s) for s in batch])
         base = torch.tensor([s["overall"] for s in base_scores], dtype=torch.float32)
         a = cfg.algorithm
@@ -142,12 +156,12 @@ def _draw(cfg: Config, rollout_actor, source: PromptSource, adapter, score: Scor
                                               max_response_length=ro.max_new_tokens, buffer_len=a.overlong_buffer_len,
                                               penalty_factor=a.overlong_penalty_factor).float()
         out.baseline = [float(base[g - first_group]) for g in out.groups]
-    messages.call(rollout_actor.release, handles)  # ordered after generate: an actor runs calls in turn
+    rollout.release(handles)
     return out
 
 
-def collect(cfg: Config, rollout_actor, source: PromptSource, adapter, score: Scorer, step: int,
-            metrics: dict, messages: MessageLog, announce: Announce = lambda rows: None) -> tuple[Rollout, Rollout]:
+def collect(cfg: Config, rollout: RolloutBackend, source: PromptSource, adapter, score: Scorer, step: int,
+            metrics: dict, announce: Announce = lambda rows: None) -> tuple[Rollout, Rollout]:
     """(everything generated, what the update trains on): equal unless dynamic sampling dropped groups.
 
     `announce(rows)` is called with each draw's readable samples before they are generated from.
@@ -157,9 +171,9 @@ def collect(cfg: Config, rollout_actor, source: PromptSource, adapter, score: Sc
     draws = 0
     while True:
         draws += 1
-        drawn = _draw(cfg, rollout_actor, source, adapter, score,
-                      seed=cfg.run.seed * 100003 + step * 101 + draws, step=step, first_group=(draws - 1) * t.prompts_per_step,
-                      metrics=metrics, messages=messages, announce=announce)
+        drawn = _draw(cfg, rollout, source, adapter, score,
+                      seed=cfg.run.seed * 100003 + step * 101 + draws, step=step, draw=draws,
+                      first_group=(draws - 1) * t.prompts_per_step, metrics=metrics, announce=announce)
         generated.extend(drawn)
         if not a.dynamic_sampling:
             kept = drawn

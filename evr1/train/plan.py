@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from evr1.models.families import FAMILIES, Family, family_of
+from evr1.train.placement import plan_resources
 from evr1.video.sampling import smart_resize, video_pixel_budget
 
 # Elements saved per token per decoder layer, by width (module docstring): two RMSNorms (input, f32
@@ -215,6 +216,9 @@ class Setup:
     max_tokens: int | None = None  # trainer.max_tokens_per_micro_batch: the micro-batch by tokens
     logits_chunk: int | None = None  # trainer.logits_chunk_tokens; None: full logits
     rollout_bytes: int = 0  # a colocated rollout engine's share of the GPU
+    # The colocated engine sleeps while the rank trains (rollout.sleep_level ≥ 1): its share and the
+    # training activations are never held together, so only its excess over the activations counts.
+    engine_sleeps: bool = False
 
     def samples(self, tokens: Tokens) -> int:
         """Samples of the planned shape in one micro-batch (module docstring)."""
@@ -277,6 +281,9 @@ def memory(arch: Arch, tokens: Tokens, s: Setup) -> dict[str, int]:
         "one layer at a time (recompute, frozen tower)": max(transient, 0),
         "rollout engine (colocated)": s.rollout_bytes,
     }
+    if s.engine_sleeps:
+        activations = sum(v for k, v in out.items() if k not in STATIC)
+        out["rollout engine (colocated)"] = max(0, s.rollout_bytes - activations)
     return out
 
 
@@ -340,7 +347,8 @@ def plan_for_config(cfg: Any, *, gpu_gib: float = 80.0, world_size: int | None =
     it), frames of `source_hw` resized by the cache's pixel budget, response = rollout.max_new_tokens; the
     micro-batch by `trainer.max_tokens_per_micro_batch` (else micro_batch_size), the logits by
     `trainer.logits_chunk_tokens`. `colocated`: the rollout engine shares each training GPU (None: the
-    config's `rollout.colocate` when it has one, else False: today's rollout has a GPU of its own)."""
+    config's `rollout.placement` resolved for `trainer.device`). Ends with the Ray placement of the
+    ranks and the rollout worker (evr1/train/placement.py `plan_resources`, no Ray needed)."""
     tiny = cfg.model.tiny.family if cfg.model.tiny else None
     arch = load_arch(cfg.model.path, tiny)
     c = cfg.cache
@@ -351,8 +359,9 @@ def plan_for_config(cfg: Any, *, gpu_gib: float = 80.0, world_size: int | None =
                            response=cfg.rollout.max_new_tokens)
     w = world_size or cfg.trainer.world_size
     sp = cfg.trainer.sequence_parallel
+    asked = colocated is not None
     if colocated is None:
-        colocated = bool(getattr(cfg.rollout, "colocate", False))
+        colocated = cfg.rollout.placement_for(cfg.trainer.device) == "colocated"
     from evr1.models.runtime import resolve_dtype
 
     t = cfg.trainer
@@ -360,9 +369,17 @@ def plan_for_config(cfg: Any, *, gpu_gib: float = 80.0, world_size: int | None =
                   checkpointing=cfg.model.gradient_checkpointing, micro_batch=t.micro_batch_size,
                   frozen_vision=cfg.model.freeze_vision_tower, reference_model=cfg.algorithm.use_kl_loss,
                   max_tokens=t.max_tokens_per_micro_batch, logits_chunk=t.logits_chunk_tokens,
-                  rollout_bytes=rollout_share_bytes(cfg, arch, gpu_gib) if colocated else 0)
+                  rollout_bytes=rollout_share_bytes(cfg, arch, gpu_gib) if colocated else 0,
+                  engine_sleeps=colocated and cfg.rollout.sleep_level >= 1)
     setups = {"1 GPU, sp 1": Setup(world_size=1, sp=1, **common),
               f"FSDP {w}, sp 1": Setup(world_size=w, sp=1, **common)}
     if sp > 1:
         setups[f"FSDP {w}, sp {sp}"] = Setup(world_size=w, sp=sp, **common)
-    return plan_table(arch, tokens, setups, gpu_gib)
+    mode = "colocated" if colocated else "separate"
+    resources = plan_resources(cfg, world_size=w, mode=mode)
+    source = f"rollout.placement: {cfg.rollout.placement}, trainer.device: {t.device}"
+    if asked and mode != cfg.rollout.placement_for(t.device):
+        source = f"{mode} as asked; the config's {source}"
+    placement = [f"placement ({source}):",
+                 *(f"  {line}" for line in resources.describe())]
+    return plan_table(arch, tokens, setups, gpu_gib) + "\n\n" + "\n".join(placement)

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-import ray
 import torch
 
 from evr1 import rewards, rl
@@ -30,6 +29,7 @@ from evr1.train.protocol import ReaderSpec, Shard, data_parallel, grouped_calls,
 from evr1.train.prompt_source import Cursor, PromptSource
 from evr1.cluster.connect import ensure_ray
 from evr1.train.collect import FIELDS, Rollout, collect, draw_readable, sampling
+from evr1.train.rollout_backend import idle_fraction
 from evr1.train.rollout_table import RolloutTables, TableSink
 from evr1.train import offline, warmup
 from evr1.train.breakdown import accuracy_by_family
@@ -107,8 +107,9 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
             cluster.all("adopt_reference")
             shutil.rmtree(reference, ignore_errors=True)
             cluster.all("save_reference", str(reference))
-        cluster.messages.call(cluster.rollout.prefetch, source.peek(t.prompts_per_step))
-        cluster.sync_weights()
+        cluster.rollout.prefetch(source.peek(t.prompts_per_step))
+        # Mandatory: the engines start from the checkpoint, the policy may be a resumed or warmed-up one.
+        cluster.sync_weights(state["step"])
         step = state["step"]
         tables = RolloutTables(log_table, t.log_rollouts_every, t.rollout_table_rows)
         before_rl: dict[str, float] = {}
@@ -150,10 +151,12 @@ def _one_step(cfg, cluster: ActorGroup, source: PromptSource, adapter, score, st
     t, a = cfg.trainer, cfg.algorithm
     t0 = time.perf_counter()
     metrics: dict[str, float] = {}
-    generated, batch = collect(cfg, cluster.rollout, source, adapter, score, step, metrics, cluster.messages,
+    generated, batch = collect(cfg, cluster.rollout, source, adapter, score, step, metrics,
                                announce=lambda rows: cluster.announce(rows, cfg.rollout.n))
     if step < t.steps:  # the next step's prompts are read while this one computes log-probs and updates
-        cluster.messages.call(cluster.rollout.prefetch, source.peek(t.prompts_per_step))
+        cluster.rollout.prefetch(source.peek(t.prompts_per_step))
+    # A colocated engine resets its caches and sleeps: the rank's device is the trainer's until the sync.
+    metrics.update({f"perf/engine_{k}": v for k, v in cluster.rollout.training().items()})
     t_gen = time.perf_counter()
     metrics.update(_reward_metrics(generated))
     if not len(batch):
@@ -221,9 +224,9 @@ def _one_step(cfg, cluster: ActorGroup, source: PromptSource, adapter, score, st
                min_ratio=t.min_lr_ratio)
     rank_metrics = cluster.each_shard("step", shards, lr)
     t_update = time.perf_counter()
-    moved = cluster.sync_weights()
+    moved = cluster.sync_weights(step)
     t_sync = time.perf_counter()
-    metrics.update({f"perf/sync_{k}": v for k, v in moved.items() if k != "seconds"})
+    metrics.update({f"perf/sync_{k}": float(v) for k, v in moved.items() if k != "seconds"})
 
     tokens = sum(batch.prompt_tokens) + sum(lengths)
     metrics.update({
@@ -231,6 +234,8 @@ def _one_step(cfg, cluster: ActorGroup, source: PromptSource, adapter, score, st
         "time/rollout_s": t_gen - t0, "time/log_probs_s": t_lp - t_gen, "time/advantage_s": t_adv - t_lp,
         "time/update_s": t_update - t_adv, "time/sync_s": t_sync - t_update, "time/step_s": t_sync - t0,
         "perf/tokens": float(tokens), "perf/throughput": tokens / (t_sync - t0) / t.world_size,
+        # Over every device the run holds, a separate rollout worker's included.
+        "perf/tokens_per_s_per_device": tokens / (t_sync - t0) / (t.world_size + (cluster.rollout.placement == "separate")),
     })
     for key in ("data/cache_hits", "data/cache_misses", "perf/rank_vision_passes"):  # summed over ranks
         metrics[key.replace("data/cache", "data/rank_cache")] = float(sum(m.pop(key) for m in rank_metrics))
@@ -269,8 +274,11 @@ def _rollout_correction(cfg: Config, batch: Rollout, old: list[list[float]], mas
 def _data_metrics(cluster: ActorGroup, prompts: int, rank_waits: list[float]) -> dict[str, float]:
     """What the driver sent this step and how long the workers waited for frames (the slowest rank)."""
     sent = cluster.messages.take()
-    rollout = ray.get(cluster.rollout.data_stats.remote())
-    return {"perf/driver_bytes": float(sent["bytes"]), "perf/driver_bytes_per_prompt": sent["bytes"] / max(prompts, 1),
+    rollout = cluster.rollout.data_stats()
+    per_engine = rollout["generate_s_per_engine"]
+    engines = {"perf/rollout_engines": float(len(per_engine)), "perf/rollout_idle_frac": idle_fraction(per_engine),
+               "perf/gen_tokens_per_s": rollout["generated_tokens"] / max(rollout["generate_s"], 1e-9)}
+    return {**engines,"perf/driver_bytes": float(sent["bytes"]), "perf/driver_bytes_per_prompt": sent["bytes"] / max(prompts, 1),
             "perf/driver_array_messages": float(sent["array_calls"]),
             "time/data_wait_s": rollout["wait_s"] + max(rank_waits, default=0.0),
             "perf/rollout_peak_rss_mb": rollout["peak_rss_mb"],
@@ -348,15 +356,14 @@ def validate(cfg: Config, cluster: ActorGroup, samples: list[dict], adapter, sco
              tables: RolloutTables | None = None) -> dict[str, float]:
     """Greedy answers on (up to `val_limit`) held-out samples from the current rollout weights."""
     rows = samples[: cfg.trainer.val_limit]
-    answers = ray.get(cluster.messages.call(cluster.rollout.prepare, rows))
+    answers = cluster.rollout.prepare(rows)
     # Unreadable media: left out of validation (the cache stage lists them).
     chosen = [(row, a["handle"]) for row, a in zip(rows, answers) if "error" not in a]
     if not chosen:
         return {}
     handles = [h for _, h in chosen]
-    outs = ray.get(cluster.messages.call(cluster.rollout.generate_prepared, handles,
-                                         sampling(cfg, cfg.run.seed, greedy=True)))
-    cluster.messages.call(cluster.rollout.release, handles)
+    outs = cluster.rollout.generate(handles, sampling(cfg, cfg.run.seed, greedy=True))
+    cluster.rollout.release(handles)
     scores, _ = score([o[0]["text"] for o in outs], [reward_sample(s) for s, _ in chosen])
     if tables is not None:
         tables.saw_validation([s for s, _ in chosen], [o[0]["text"] for o in outs], scores,
@@ -374,8 +381,8 @@ def _warmup(cfg: Config, cluster: ActorGroup, samples: list[dict], adapter, log_
     for step in range(1, t.warmup_sft_steps + 1):
         # As many sequences as an RL step (prompts_per_step × n), each prompt with n targets (n
         # draws from its answer space under warmup_answers=answer_space) and read once.
-        drawn, handles, _ = draw_readable(source, cluster.rollout, t.prompts_per_step, {}, cluster.messages)
-        cluster.messages.call(cluster.rollout.release, handles)
+        drawn, handles, _ = draw_readable(source, cluster.rollout, t.prompts_per_step, {})
+        cluster.rollout.release(handles)
         batch = [s for s in drawn for _ in range(ro.n)]
         targets = [adapter.tokenizer.encode(warmup.target(s, t.warmup_answers, seed=cfg.run.seed, step=step, draw=i % ro.n),
                                             add_special_tokens=False) + eos for i, s in enumerate(batch)]
@@ -406,7 +413,7 @@ def _write_probe(cluster: ActorGroup, samples: list[dict], adapter, ckpt: Path) 
     themselves (any rollout engine, vLLM included, may hold another copy); rows go a few at a time."""
     response = adapter.tokenizer.encode("<answer>A</answer>", add_special_tokens=False)
     for start in range(0, len(samples), 8):
-        row = ray.get(cluster.messages.call(cluster.rollout.first_readable, samples[start:start + 8]))
+        row = cluster.rollout.first_readable(samples[start:start + 8])
         if row is not None:
             torch.save(cluster.all("probe_logits", row, response)[0], ckpt / "probe.pt")
             return

@@ -56,3 +56,17 @@ def test_blocking_generate_splits_in_order():
 def test_an_empty_pool_is_refused():
     with pytest.raises(ValueError, match="engines"):
         EnginePool([])
+
+
+class SeedEcho(EngineBase):
+    """Answers each prompt with the seed it was given for it (and checks the count, as engines do)."""
+
+    def generate(self, prompts, params):
+        seeds = params.prompt_seeds(len(prompts))
+        return [[Generation(token_ids=[], text=f"{p}:{s}", finish_reason="stop")] for p, s in zip(prompts, seeds)]
+
+
+def test_blocking_generate_gives_each_prompt_its_own_seed():
+    pool = EnginePool([SeedEcho(), SeedEcho(), SeedEcho()])
+    outs = pool.generate([f"p{k}" for k in range(5)], SamplingParams(max_new_tokens=1, seeds=(10, 11, 12, 13, 14)))
+    assert [o[0].text for o in outs] == [f"p{k}:{10 + k}" for k in range(5)]

@@ -93,13 +93,20 @@ def test_long_video_config_loads_and_plan_prints_a_table():
     cfg = load_config(ROOT / "conf/long_video.yaml")
     assert cfg.trainer.sequence_parallel == 8 and cfg.model.gradient_checkpointing and cfg.cache.max_frames >= 512
     runner = CliRunner()
-    result = runner.invoke(app, ["plan", str(ROOT / "conf/long_video.yaml"), "--gpu-memory-gib", "80"])
+    # The training memory alone (the rollout on a GPU of its own): a colocated engine's share is its own row.
+    result = runner.invoke(app, ["plan", str(ROOT / "conf/long_video.yaml"), "--gpu-memory-gib", "80", "--separate"])
     assert result.exit_code == 0, result.output
     assert "decoder activations" in result.output and "total per GPU" in result.output
     assert "FSDP 8, sp 8: " in result.output and "GiB fits in 80 GiB" in result.output
     assert "1 GPU, sp 1: " in result.output and "does NOT fit" in result.output
-    small = runner.invoke(app, ["plan", str(ROOT / "conf/long_video.yaml"), "--gpu-memory-gib", "24"])
+    assert "  separate: 8 train bundles + 1 rollout bundle {GPU: 1} = 9 GPUs" in result.output
+    small = runner.invoke(app, ["plan", str(ROOT / "conf/long_video.yaml"), "--gpu-memory-gib", "24", "--separate"])
     assert small.exit_code == 0 and "fits" not in small.output.replace("does NOT fit", "")
+    default = runner.invoke(app, ["plan", str(ROOT / "conf/long_video.yaml")])  # rollout.placement auto on cuda
+    assert default.exit_code == 0, default.output
+    assert "placement (rollout.placement: auto, trainer.device: cuda):" in default.output
+    assert "  colocated: 8 bundles {GPU: 1}: rank i and its engine on bundle i = 8 GPUs" in default.output
+    assert "  sequence-parallel groups of 8 ranks (0-7): each on one node" in default.output
 
 
 def _measure_budget_and_chunk(model, ad, *, samples: int, chunk: int | None, response: int) -> tuple[int, int]:
@@ -167,12 +174,41 @@ def test_root_unit_reference_and_colocated_rollout_are_counted():
 def test_plan_of_a_config_follows_its_trainer_and_rollout_keys():
     from evr1.train.plan import plan_for_config
 
-    cfg = load_config(ROOT / "conf/qwen3vl_8b.yaml", ["trainer.max_tokens_per_micro_batch=32768",
-                                                      "rollout.vllm.gpu_memory_utilization=0.5"])
+    overrides = ["trainer.max_tokens_per_micro_batch=32768", "rollout.vllm.gpu_memory_utilization=0.5"]
+    cfg = load_config(ROOT / "conf/qwen3vl_8b.yaml", [*overrides, "rollout.placement=separate"])
     out = plan_for_config(cfg, gpu_gib=80)
     assert "token budget 32,768" in out and "in chunks of 2,048 response tokens" in out
     row = next(line for line in out.splitlines() if line.startswith("rollout engine (colocated)"))
-    assert set(row.split()[3::2]) == {"0.00"}  # a rollout GPU of its own today
-    colocated = plan_for_config(cfg, gpu_gib=80, colocated=True)
-    row = next(line for line in colocated.splitlines() if line.startswith("rollout engine (colocated)"))
-    assert "40.00" in row  # half of 80 GiB
+    assert set(row.split()[3::2]) == {"0.00"}  # the rollout worker has a GPU of its own
+    assert "  separate: 8 train bundles + 1 rollout bundle {GPU: 1} = 9 GPUs" in out
+    awake = load_config(ROOT / "conf/qwen3vl_8b.yaml", [*overrides, "rollout.sleep_level=0"])  # auto on cuda: colocated
+    for colocated in (plan_for_config(awake, gpu_gib=80),
+                      plan_for_config(awake.model_copy(update={"rollout": cfg.rollout.model_copy(
+                          update={"sleep_level": 0})}), gpu_gib=80, colocated=True)):
+        row = next(line for line in colocated.splitlines() if line.startswith("rollout engine (colocated)"))
+        assert set(row.split()[3::2]) == {"40.00"}  # an engine that never sleeps: half of 80 GiB on every GPU
+        assert "  colocated: 8 bundles {GPU: 1}: rank i and its engine on bundle i = 8 GPUs" in colocated
+    # Asleep while the rank trains (the default, sleep_level 2): the engine's share and the training
+    # activations are never held together, so each GPU needs the larger of the two over the static state.
+    from dataclasses import replace
+
+    arch = load_arch(cfg.model.path)
+    tokens = Tokens(64, 384, 672, 8_192, 256, 2_048)
+    for engine in (1 * 2**30, 40 * 2**30):
+        base = Setup(world_size=8, sp=1, dtype="bfloat16", checkpointing=True, rollout_bytes=engine)
+        awake, asleep = memory(arch, tokens, base), memory(arch, tokens, replace(base, engine_sleeps=True))
+        static = sum(v for k, v in awake.items() if k in STATIC) - engine
+        activations = sum(v for k, v in awake.items() if k not in STATIC)
+        assert sum(awake.values()) == static + activations + engine
+        assert sum(asleep.values()) == static + max(activations, engine)
+    assert "  separate: 4 train bundles + 1 rollout bundle" in plan_for_config(cfg, gpu_gib=80, world_size=4,
+                                                                                  colocated=False)
+
+
+def test_plan_of_a_cpu_config_names_its_actors_and_no_placement_group():
+    from evr1.train.plan import plan_for_config
+
+    out = plan_for_config(load_config(ROOT / "conf/tiny.yaml"))
+    assert out.splitlines()[-2:] == ["placement (rollout.placement: auto, trainer.device: cpu):",
+                                     "  separate on CPU: 2 policy ranks + 1 rollout worker, no placement group "
+                                     "(actors take num_cpus=0, num_gpus=0)"]

@@ -154,6 +154,18 @@ def test_greedy_tokens_and_log_probs_equal_hf_and_trainer(fam):
     assert_parity(fam)
 
 
+def test_seeds_make_a_prompts_samples_its_own(fam):
+    """With per-prompt seeds, a prompt's samples are the same alone and within a call of 3 in another order."""
+    sample = {"n": 2, "max_new_tokens": 8, "temperature": 1.0}
+    p = fam.prompts
+    (alone,) = fam.vllm.generate([p["text"]], SamplingParams(**sample, seeds=(11,)))
+    mixed = fam.vllm.generate([p["video"], p["text"], p["image"]], SamplingParams(**sample, seeds=(13, 11, 12)))
+    assert [len(row) for row in mixed] == [2, 2, 2]
+    assert [g.token_ids for g in mixed[1]] == [g.token_ids for g in alone]
+    with pytest.raises(ValueError, match="field seeds has 2 seeds for a call of 3 prompts"):
+        fam.vllm.generate([p["video"], p["text"], p["image"]], SamplingParams(**sample, seeds=(1, 2)))
+
+
 def test_long_video_exercises_the_position_rule(fam):
     """The long video is where transformers 5.19's own rule would differ from vLLM's (defect D)."""
     if fam.name == "qwen3_vl":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import timedelta
@@ -376,8 +377,80 @@ class PolicyWorker:
         return {"inputs": {k: v.cpu() for k, v in batch.model_inputs().items()}, "logits": logits}
 
     def full_state_dict(self) -> dict | None:
+        """The whole policy on rank 0's host (fp32): for tests and tools only, never a step's sync."""
         sd = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         return sd if self.rank == 0 else None
+
+    # -- the colocated engine (rollout.placement: colocated) -----------------------------------------
+
+    def build_engine(self, engine: str, options: dict, sleep_level: int) -> None:
+        """An engine in this rank's process, on its device (`RolloutWorker`, which reads and encodes
+        its own prompts). It starts from the checkpoint; the trainer syncs it before step 1."""
+        from evr1.train.workers.rollout import RolloutWorker
+
+        self.engine = RolloutWorker(self.model_dir, engine, {**options, "threads": 0}, self.spec)
+        self.sleep_level = sleep_level
+
+    ROLLOUT_CALLS = frozenset({"prefetch", "prepare", "generate_prepared", "release", "data_stats",
+                               "first_readable", "engine_params"})
+
+    def rollout(self, method: str, *args):
+        """A call on this rank's engine (`ColocatedRollout`), one of `ROLLOUT_CALLS`."""
+        if method not in self.ROLLOUT_CALLS:
+            raise ValueError(f"PolicyWorker.rollout: unknown engine call {method!r} (known: {sorted(self.ROLLOUT_CALLS)})")
+        return getattr(self.engine, method)(*args)
+
+    def engine_events(self) -> list[str]:
+        return list(self.engine.events)
+
+    def sync_engine(self, version: int) -> dict[str, float]:
+        """Collective: gather the policy one FSDP unit at a time, cast to the engine's dtype, and
+        stream it into this rank's engine in-process (no state dict, nothing through Ray); then reset
+        its caches and wake its KV cache. Seconds split into wake / gather / load / reset."""
+        from evr1.train.weight_sync import iter_sync_weights
+
+        t0 = time.perf_counter()
+        self.engine.wake_up(("weights",))
+        t1 = time.perf_counter()
+        gather = _Timed(iter_sync_weights(self.model, dtype=self.engine.weight_dtype))
+        report = self.engine.load_weights(gather, version)
+        t2 = time.perf_counter()
+        self.engine.reset_caches()
+        t3 = time.perf_counter()
+        self.engine.wake_up(("kv_cache",))
+        t4 = time.perf_counter()
+        return {"tensors": report["tensors"], "bytes": report["bytes"], "buckets": 0.0,
+                "gather_s": gather.seconds, "load_s": (t2 - t1) - gather.seconds, "reset_s": t3 - t2,
+                "wake_s": (t1 - t0) + (t4 - t3)}
+
+    def trainer_mode(self) -> dict[str, float]:
+        """The engine's caches reset and asleep (at `rollout.sleep_level`) while this rank trains."""
+        t0 = time.perf_counter()
+        self.engine.reset_caches()
+        self.engine.sleep(self.sleep_level)
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
+        return {"sleep_s": time.perf_counter() - t0}
+
+    def send_weights(self, queue, dtype: str, bucket_bytes: int) -> dict[str, float]:
+        """Collective, for a separate rollout worker: every rank gathers (one FSDP unit at a time);
+        rank 0 (the one given a `queue`) packs the tensors into buckets of `bucket_bytes` and puts
+        each on the bounded queue as an object reference, then a None."""
+        import ray
+
+        from evr1.train.weight_sync import iter_sync_weights, pack_buckets
+
+        gather = _Timed(iter_sync_weights(self.model, dtype=getattr(torch, dtype)))
+        if queue is None:
+            for _ in gather:
+                pass
+            return {"gather_s": gather.seconds}
+        try:
+            for bucket in pack_buckets(gather, bucket_bytes):
+                queue.put([ray.put(bucket)], timeout=600)  # in a list: the receiver gets the ref, not a copy
+        finally:
+            queue.put(None, timeout=600)
+        return {"gather_s": gather.seconds}
 
     def save(self, path: str) -> None:
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
@@ -420,6 +493,23 @@ class PolicyWorker:
     def shutdown(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+class _Timed:
+    """Iterates `items`, adding the seconds spent producing each item (the gather) to `seconds`."""
+
+    def __init__(self, items):
+        self.items, self.seconds = iter(items), 0.0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        t0 = time.perf_counter()
+        try:
+            return next(self.items)
+        finally:
+            self.seconds += time.perf_counter() - t0
 
 
 def _has_media(batch) -> bool:

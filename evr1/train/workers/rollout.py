@@ -6,11 +6,19 @@ transformers' `generate`. Either way it receives the trained weights from FSDP r
 The driver sends it sample rows, never frames: `prepare` reads and encodes them here (its own
 `FrameReader`), answers which were readable with their handles, and `generate_prepared` samples from
 those handles. `prefetch` reads the next step's rows in the background while the policy updates.
+
+The same class serves both placements (`rollout.placement`): as a Ray actor of its own beside the
+policy ranks (separate), whose weights arrive in buckets from rank 0 (`receive_weights`), or as an
+object inside every policy rank (colocated, `PolicyWorker.build_engine`), whose weights are streamed
+into it in-process. Its lifecycle (`wake_up`, `load_weights`, `reset_caches`, `sleep`) is recorded in
+`events`, so tests can check the order a colocated engine goes through each step.
 """
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Iterable
 from itertools import count
 
 import torch
@@ -25,7 +33,8 @@ from evr1.train.workers.prompt_prep import READ_ERRORS, PromptPrep
 
 class RolloutWorker:
     def __init__(self, model_dir: str, engine: str, options: dict, spec: ReaderSpec | None = None):
-        torch.set_num_threads(max(1, options.get("threads", os.cpu_count() or 1)))
+        if options.get("threads") != 0:  # 0: in a policy rank's process, which has set its own
+            torch.set_num_threads(max(1, options.get("threads") or os.cpu_count() or 1))
         self.adapter = load_adapter(model_dir)
         # `device` None: the GPU Ray gave this actor if any, else the CPU. dtype "auto" (or none given):
         # bf16 on a GPU, fp32 on the CPU (`resolve_dtype`).
@@ -37,9 +46,17 @@ class RolloutWorker:
         self.vision_passes = VisionPassCounter(getattr(self.engine, "model", None))
         self._prompts: dict[int, object] = {}
         self._handles = count()
+        self.events: list[str] = []  # the lifecycle, in order (see the module docstring)
+        self.version = 0  # the policy version the engine's weights are (0: the checkpoint it was built from)
+        self.generate_s = 0.0  # seconds spent generating since the last `data_stats`
+        self.generated_tokens = 0
 
     def generate(self, prompts: list, params: dict) -> list[list[dict]]:
+        t0 = time.perf_counter()
         outs = self.engine.generate(prompts, SamplingParams(**params))
+        self.generate_s += time.perf_counter() - t0
+        self.generated_tokens += sum(len(g.token_ids) for group in outs for g in group)
+        self.events.append("generate")
         return [[{"token_ids": g.token_ids, "text": g.text, "finish_reason": g.finish_reason, "logprobs": g.logprobs}
                  for g in group] for group in outs]
 
@@ -73,20 +90,116 @@ class RolloutWorker:
     def data_stats(self) -> dict[str, float]:
         """Since the last call: seconds spent waiting for frames, cache hits and misses; and this
         process's peak RSS (MB)."""
-        return {"wait_s": self.prep.take_wait(), "peak_rss_mb": peak_rss_mb(), **self.prep.take_reads(),
-                "vision_passes": self.vision_passes.take()}
+        out = {"wait_s": self.prep.take_wait(), "peak_rss_mb": peak_rss_mb(), **self.prep.take_reads(),
+               "vision_passes": self.vision_passes.take(), "generate_s": self.generate_s,
+               "generated_tokens": float(self.generated_tokens)}
+        self.generate_s, self.generated_tokens = 0.0, 0
+        return out
 
-    # -- weights -----------------------------------------------------------------------------------
+    # -- weights and lifecycle ---------------------------------------------------------------------
 
-    def set_weights(self, state_dict: dict) -> dict[str, float]:
-        """Load the policy's weights into the engine; what the hand-over moved (vLLM: tensors, bytes,
-        buckets, seconds), {} for the HF engine's in-place load."""
-        update = getattr(self.engine, "update_weights", None)
-        if update is None:
-            self.engine.model.load_state_dict(state_dict)
-            return {}
-        report = update(state_dict)
-        return {k: float(v) for k, v in report.as_dict().items()} if hasattr(report, "as_dict") else {}
+    @property
+    def weight_dtype(self) -> torch.dtype:
+        """The dtype the engine holds its weights in: what a sync sends (bf16 for a bf16 engine)."""
+        dtype = getattr(self.engine, "dtype", None)
+        if isinstance(dtype, torch.dtype):
+            return dtype
+        return next(self.engine.model.parameters()).dtype
+
+    def expected_names(self) -> set[str] | None:
+        """Every weight name a complete sync must send (parameters and persistent buffers, a tied
+        weight once), for engines whose model this process can see (HF); None for vLLM, whose
+        workers check their own layers as the layerwise reload finalises."""
+        model = getattr(self.engine, "model", None)
+        if model is None:
+            return None
+        seen: set[int] = set()
+        names = set()
+        for name, tensor in model.state_dict(keep_vars=True).items():
+            if tensor.data_ptr() in seen and tensor.numel():
+                continue  # the second name of a tied weight
+            seen.add(tensor.data_ptr())
+            names.add(name)
+        return names
+
+    def wake_up(self, tags: tuple[str, ...] = ("weights", "kv_cache")) -> None:
+        """Bring back what `sleep` freed (vLLM on a GPU with sleep mode); a no-op elsewhere."""
+        self.events.append("wake:" + ",".join(tags))
+        wake = getattr(self.engine, "wake_up", None)
+        if wake is not None:
+            wake(list(tags))
+
+    def sleep(self, level: int) -> None:
+        """Free the KV cache (level 1) and the weights (level 2) while the rank trains; level 0 and
+        engines without sleep mode (HF, vLLM on the CPU) keep everything."""
+        self.events.append(f"sleep:{level}")
+        sleep = getattr(self.engine, "sleep", None)
+        if level and sleep is not None:
+            sleep(level)
+
+    def reset_caches(self) -> None:
+        """Forget what was computed with earlier weights: vLLM's prefix and encoder caches (its
+        `update_weights` resets them after a load too). HF keeps none between calls."""
+        self.events.append("reset")
+        reset = getattr(self.engine, "reset_caches", None)
+        if reset is not None:
+            reset()
+
+    def load_weights(self, items: Iterable[tuple[str, torch.Tensor]], version: int) -> dict[str, float]:
+        """Stream (name, tensor) pairs into the engine in place; `items` may be a collective
+        generator (`weight_sync.iter_sync_weights`) that gathers one FSDP unit at a time as it is
+        consumed. Returns tensors, bytes and the load's seconds (gathering included)."""
+        from evr1.train.weight_sync import check_complete
+
+        sent: list[str] = []
+        nbytes = 0
+
+        def counted():
+            nonlocal nbytes
+            for name, tensor in items:
+                sent.append(name)
+                nbytes += tensor.numel() * tensor.element_size()
+                yield name, tensor
+
+        t0 = time.perf_counter()
+        update = getattr(self.engine, "update_weights")
+        update(counted())
+        expected = self.expected_names()
+        if expected is not None:
+            check_complete(sent, expected, where=f"rollout engine sync to version {version}")
+        self.version = version
+        self.events.append("load")
+        return {"tensors": float(len(sent)), "bytes": float(nbytes), "load_s": time.perf_counter() - t0}
+
+    def receive_weights(self, queue, version: int) -> dict[str, float]:
+        """The separate placement's side of a sync: buckets (`weight_sync.pack_buckets`) arrive on
+        `queue` from policy rank 0, one or two in flight, each unpacked into the engine as it
+        comes; a None ends the stream. No whole state dict exists in any process."""
+        from evr1.train.weight_sync import unpack
+
+        buckets = 0
+
+        def items():
+            nonlocal buckets
+            while True:
+                ref = queue.get(timeout=600)
+                if ref is None:
+                    return
+                buckets += 1
+                import ray
+
+                yield from unpack(ray.get(ref[0]))
+
+        self.wake_up(("weights",))
+        report = self.load_weights(items(), version)
+        self.reset_caches()
+        self.wake_up(("kv_cache",))
+        return {**report, "buckets": float(buckets)}
+
+    def engine_params(self) -> dict[str, torch.Tensor] | None:
+        """The HF engine's weights (tests compare them with the policy's after a sync)."""
+        model = getattr(self.engine, "model", None)
+        return None if model is None else {k: v.detach().clone() for k, v in model.state_dict().items()}
 
     def first_readable(self, rows: list[dict]) -> dict | None:
         """The first row whose media can be read here (None when none can): the input the trainer's
