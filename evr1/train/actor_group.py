@@ -77,9 +77,7 @@ class ActorGroup:
         from evr1.train.rollout_backend import ColocatedRollout, SeparateRollout
 
         t = cfg.trainer
-        self.plan = placement.plan_resources(cfg)
-        placement.check(self.plan, ray.cluster_resources(), [n for n in ray.nodes() if n.get("Alive")])
-        self.pg = placement.make_placement_group(self.plan)
+        self.plan, self.pg = placement.reserve(cfg)  # fails at once, in one line, when the cluster is too small
         options = worker_options(cfg)
         self.messages = MessageLog()
         self.sequence_parallel = t.sequence_parallel

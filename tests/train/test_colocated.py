@@ -121,3 +121,23 @@ def test_engines_hold_the_policy_after_a_sync_and_keep_their_lifecycle(setup):
         assert events == [*sync, "generate", "reset", "sleep:2", *sync], events
     finally:
         cluster.shutdown()
+
+
+def test_the_run_refuses_a_cluster_too_small_before_any_actor_starts(setup, tmp_path):
+    """trainer.device cuda on a Ray cluster without GPUs: the actor group fails at once, in one line,
+    and no policy rank was created (nothing waits for a GPU that will never come)."""
+    import ray
+
+    from evr1.train.actor_group import ActorGroup
+    from evr1.train.placement import PlacementError
+
+    _, cfg, model_dir, _, _ = setup
+    c = cfg.model_copy(update={"trainer": cfg.trainer.model_copy(update={"device": "cuda"})})
+    ensure_ray(None, num_cpus=2, object_store_mb=256)
+    def policy_actors() -> int:  # from the GCS's actor table (this Ray runs without a dashboard)
+        return sum(a["ActorClassName"].endswith("PolicyWorker") for a in ray._private.state.actors().values())
+
+    before = policy_actors()
+    with pytest.raises(PlacementError, match=r"needs 2 GPUs \(2 policy ranks.*the cluster has 0"):
+        ActorGroup(c, model_dir, None)
+    assert policy_actors() == before

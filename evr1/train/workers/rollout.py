@@ -110,17 +110,10 @@ class RolloutWorker:
         """Every weight name a complete sync must send (parameters and persistent buffers, a tied
         weight once), for engines whose model this process can see (HF); None for vLLM, whose
         workers check their own layers as the layerwise reload finalises."""
+        from evr1.train.weight_sync import sync_names
+
         model = getattr(self.engine, "model", None)
-        if model is None:
-            return None
-        seen: set[int] = set()
-        names = set()
-        for name, tensor in model.state_dict(keep_vars=True).items():
-            if tensor.data_ptr() in seen and tensor.numel():
-                continue  # the second name of a tied weight
-            seen.add(tensor.data_ptr())
-            names.add(name)
-        return names
+        return None if model is None else set(sync_names(model))  # the rule the sync's iterator follows
 
     def wake_up(self, tags: tuple[str, ...] = ("weights", "kv_cache")) -> None:
         """Bring back what `sleep` freed (vLLM on a GPU with sleep mode); a no-op elsewhere."""
