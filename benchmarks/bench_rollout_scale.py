@@ -29,7 +29,6 @@ import json
 import statistics
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import psutil

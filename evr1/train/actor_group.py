@@ -131,6 +131,12 @@ class ActorGroup:
         return self.rollout.sync(version)
 
     def kill(self) -> None:
+        rollout = getattr(self, "rollout", None)
+        if rollout is not None:
+            try:
+                rollout.close()
+            except Exception:  # noqa: BLE001 - killing the group must not stop at its queue
+                pass
         for actor in self.actors:
             ray.kill(actor)
         if self.pg is not None:

@@ -49,6 +49,8 @@ class RolloutBackend(Protocol):
 
     def sync(self, version: int) -> dict[str, float]: ...
 
+    def close(self) -> None: ...
+
 
 class SeparateRollout:
     """One rollout worker actor; `ranks` are the policy ranks that send it their weights."""
@@ -59,6 +61,7 @@ class SeparateRollout:
                  gather=ray.get):
         self.actor, self.ranks, self.messages = actor, ranks, messages
         self.weight_dtype, self.bucket_bytes, self._gather = weight_dtype, bucket_bytes, gather
+        self._queue = None
 
     def prefetch(self, rows: list[dict]) -> None:
         self.messages.call(self.actor.prefetch, rows)
@@ -89,18 +92,22 @@ class SeparateRollout:
         buckets and puts them on a queue of two that the worker drains into its engine."""
         from ray.util.queue import Queue
 
-        queue = Queue(maxsize=2, actor_options={"num_cpus": 0})
-        try:
-            t0 = time.perf_counter()
-            receive = self.messages.call(self.actor.receive_weights, queue, version)
-            sends = [self.messages.call(r.send_weights, queue if i == 0 else None, self.weight_dtype,
-                                        self.bucket_bytes) for i, r in enumerate(self.ranks)]
-            out = self._gather([receive, *sends])
-            report = {**out[0], **{k: v for k, v in out[1].items() if k not in out[0]}}
-            report["seconds"] = time.perf_counter() - t0
-            return report
-        finally:
-            queue.shutdown()
+        if self._queue is None:  # one queue actor for the run: starting one costs about a second
+            self._queue = Queue(maxsize=2, actor_options={"num_cpus": 0})
+        queue = self._queue
+        t0 = time.perf_counter()
+        receive = self.messages.call(self.actor.receive_weights, queue, version)
+        sends = [self.messages.call(r.send_weights, queue if i == 0 else None, self.weight_dtype,
+                                    self.bucket_bytes) for i, r in enumerate(self.ranks)]
+        out = self._gather([receive, *sends])
+        report = {**out[0], **{k: v for k, v in out[1].items() if k not in out[0]}}
+        report["seconds"] = time.perf_counter() - t0
+        return report
+
+    def close(self) -> None:
+        if self._queue is not None:
+            self._queue.shutdown(force=True)
+            self._queue = None
 
 
 class ColocatedRollout:
@@ -196,6 +203,9 @@ class ColocatedRollout:
         out = {k: max(x[k] for x in reports) if k in SYNC_MAX else float(reports[0][k]) for k in reports[0]}
         out["seconds"] = time.perf_counter() - t0
         return out
+
+    def close(self) -> None:
+        """The engines live in the ranks: they go with them."""
 
 
 def idle_fraction(per_engine_s: list[float]) -> float:

@@ -54,3 +54,32 @@ def test_grpo_on_vllm_through_every_stage(tmp_path):
         assert h["rollout/logprob_gap_max"] < 1e-3, h
         assert math.isclose(h["rollout/is_weight_mean"], 1.0, abs_tol=1e-3), h
         assert h["perf/sync_bytes"] > 0, h
+
+
+def test_colocated_vllm_engines_generate_what_one_separate_engine_does(tmp_path):
+    """Two ranks, each with a vLLM engine in its own process (rollout.placement: colocated), against
+    one separate vLLM worker, at the same seeds: the same samples and rewards (each prompt's seed comes
+    from the data, vLLM seeds each request), the same bytes moved per engine; and after every sync the
+    engines hold the policy (the gap between their log-probs and the trainer's stays at fp32 noise)."""
+    common = [
+        "tracking.enabled=false", "cache.workers=0", "data.synth.n=6", "data.synth.heldout=1",
+        "model.tiny.sizes={num_attention_heads: 2, num_key_value_heads: 1}", "model.tiny.init=prompt_dependent",
+        "rollout.engine=vllm", "rollout.n=2", "rollout.max_new_tokens=8",
+        "rollout.vllm={enforce_eager: true, max_model_len: 2048, kv_cache_gib: 0.5}",
+        "trainer.steps=2", "trainer.warmup_sft_steps=0", "trainer.prompts_per_step=2", "trainer.world_size=2",
+        "trainer.val_every=0", "trainer.save_every=0", "trainer.lr=0.01",
+    ]
+    histories = {}
+    for placement in ("colocated", "separate"):
+        cfg = load_config(ROOT / "conf" / "tiny.yaml", [f"run.root={tmp_path}", f"run.name={placement}", *common,
+                                                        f"rollout.placement={placement}"])
+        samples = pipeline.stage_ingest(cfg)
+        model = pipeline.stage_model(cfg)
+        frames = pipeline.stage_cache(cfg, samples, model)
+        trained = pipeline.stage_train(cfg, samples, frames, model)
+        histories[placement] = read_state(Path(trained.uri))["history"]
+    for col, sep in zip(histories["colocated"], histories["separate"], strict=True):
+        assert col["perf/rollout_engines"] == 2.0 and sep["perf/rollout_engines"] == 1.0
+        for key in ("reward/overall", "response/length_mean", "perf/sync_bytes"):
+            assert col[key] == pytest.approx(sep[key], rel=1e-6), key
+        assert col["rollout/logprob_gap_max"] < 1e-3, col
