@@ -220,6 +220,34 @@ def plan(config: Path, overrides: Overrides = None,
     h, w = (int(x) for x in video_size.lower().split("x"))
     print(plan_for_config(cfg, gpu_gib=gpu_memory_gib, world_size=world_size, source_hw=(h, w),
                           prompt_text=prompt_text_tokens, colocated=colocated))
+    _plan_advice(config, list(overrides or []) + ([f"trainer.world_size={world_size}"] if world_size else []),
+                 gpu_gib=gpu_memory_gib, video_size=video_size, prompt_text=prompt_text_tokens, colocated=colocated)
+
+
+def _plan_advice(config: Path, overrides: list[str], *, gpu_gib: float, video_size: str, prompt_text: int,
+                 colocated: bool | None) -> None:
+    """Under the plan, when the config's own setup does not fit: the smallest change that does
+    (evr1/cli/plan_advice.py), with the command that shows its plan."""
+    from evr1.cli.plan_advice import advice_lines, smallest_fit
+    from evr1.config import ConfigError
+
+    h, w = (int(x) for x in video_size.lower().split("x"))
+    try:
+        verdict = smallest_fit(config, overrides, gpu_gib=gpu_gib, source_hw=(h, w), prompt_text=prompt_text,
+                               colocated=colocated)
+    except ConfigError as e:  # e.g. --world-size that the config's sequence-parallel degree does not divide
+        print(f"\n(no advice: {error_line(e)})")
+        return
+    options = ["--gpu-memory-gib", f"{gpu_gib:g}"]
+    if video_size != "720x1280":
+        options += ["--video-size", video_size]
+    if prompt_text != 128:
+        options += ["--prompt-text-tokens", str(prompt_text)]
+    if colocated is not None:
+        options.append("--colocated" if colocated else "--separate")
+    lines = advice_lines(verdict, [_tool("evr1"), "plan", str(config), *options, *overrides], gpu_gib)
+    if lines:
+        print("\n" + "\n".join(lines))
 
 
 @app.command()

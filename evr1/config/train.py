@@ -75,8 +75,11 @@ class RolloutConfig(Section):
     # What a colocated vLLM engine frees while its rank trains: 1 its KV cache (weights kept in host
     # memory), 2 weights too (every sync then sends every weight the engine holds). 0: never sleeps.
     sleep_level: int = Field(2, ge=0, le=2)
-    # Where a process boundary is crossed (the separate worker), weights travel in buckets of this size.
+    # Where a process boundary is crossed (separate workers), weights travel in buckets of this size.
     sync_bucket_mb: int = Field(1024, ge=1)
+    # Separate placement: how many rollout workers (each its own device); prompts are shared out
+    # between them, all samples of a prompt on one, and every sync broadcasts to all of them.
+    engines: int = Field(1, ge=1)
 
     def placement_for(self, device: str) -> str:
         """`placement` with auto resolved for `device`."""

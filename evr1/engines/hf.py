@@ -1,8 +1,16 @@
 """Generation with transformers' `model.generate`: the CPU engine, and the GPU one when vLLM is absent.
 
-In training `engine.model` IS the policy being optimised (no copy), so rollouts always use the
-current weights; `update_weights` copies a state dict into it in place for the case where the
-engine holds its own replica (e.g. a separate rollout worker).
+The engine holds its own replica of the policy; `update_weights` copies the trained weights into it
+in place. `encode_visual` runs the vision tower over prompts once and `generate(visual=...)` takes
+such precomputed features instead of running it (transformers' `mm_encoder_outputs`): a colocated
+rank with a frozen tower shares one encoding per prompt between its engine and its own passes.
+transformers encodes a chunk's media once before expanding it to `n` return sequences, so the tower
+runs once per prompt either way, not once per sample.
+
+With `SamplingParams.logprobs` each sampled token's log-prob comes back, under the raw logits at the
+sampling temperature (`log_softmax(logits / T)`, no top-p / top-k filtering, no suppressed tokens;
+greedy: T = 1), as the trainer computes its own: taken step by step from the model's output, so no
+[steps, batch, vocabulary] logits are kept (`output_logits=True` would keep them all).
 """
 
 from __future__ import annotations
@@ -11,12 +19,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from os import PathLike
 
 import torch
-from transformers import GenerationConfig, PreTrainedModel
+from transformers import GenerationConfig, PreTrainedModel, StoppingCriteria, StoppingCriteriaList
 
 import evr1.models.packed  # noqa: F401  (the reference M-RoPE rule, as the trainer and vLLM use)
 from evr1.engines.base import EngineBase, Generation, SamplingParams, cut_at_stop, finish
 from evr1.models.adapter import PromptInputs, VisionLanguageAdapter
 from evr1.models.runtime import load_model
+from evr1.models.shared_prefix import VisualFeatures, encode_visual, media_counts
 from evr1.models.text import TextAdapter, load_any_adapter
 
 
@@ -29,6 +38,8 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 
 class HFEngine(EngineBase):
     """Batched, seeded `model.generate` over left-padded prompts with their media."""
+
+    accepts_visual = True  # `generate(visual=...)`: precomputed vision features (see the module docstring)
 
     def __init__(self, model: PreTrainedModel, adapter: VisionLanguageAdapter | TextAdapter, *, batch_size: int = 8) -> None:
         if batch_size < 1:
@@ -107,13 +118,35 @@ class HFEngine(EngineBase):
             **sampling,
         )
 
-    def generate(self, prompts: Sequence[PromptInputs], params: SamplingParams) -> list[list[Generation]]:
+    @torch.no_grad()
+    def encode_visual(self, prompts: Sequence[PromptInputs]) -> list[VisualFeatures | None]:
+        """Each prompt's vision features (None for a text-only prompt), the tower run once over the
+        media of all of them together, as `generate` runs it over a chunk; in the model's dtype, on
+        its device. What `generate(visual=...)` takes."""
+        out: list[VisualFeatures | None] = [None] * len(prompts)
+        media = [i for i, p in enumerate(prompts) if media_counts(p)]
+        if not media:
+            return out
+        batch = self.adapter.collate([prompts[i] for i in media]).to(self.device, dtype=self.model.dtype)
+        features = encode_visual(self.model, batch)
+        for i, part in zip(media, features.split([media_counts(prompts[i]) for i in media])):
+            out[i] = part
+        return out
+
+    def generate(self, prompts: Sequence[PromptInputs], params: SamplingParams, *,
+                 visual: Sequence[VisualFeatures | None] | None = None) -> list[list[Generation]]:
         """`params.n` generations per prompt, in prompt order. A fixed `params.seed` reproduces a call
         (chunk k of `batch_size` prompts is seeded with seed + k); `params.seeds` makes each prompt's
-        samples its own, whatever call, batch size or engine it lands in (one `generate` per prompt)."""
+        samples its own, whatever call, batch size or engine it lands in (one `generate` per prompt).
+
+        `visual`: per prompt, its vision features (`encode_visual`, on any device, in the model's
+        dtype) used instead of running the tower; None for a text-only prompt, or for one the
+        engine should encode itself (in its chunk, as without `visual`)."""
         if params.presence_penalty:
             raise ValueError(f"HFEngine: field presence_penalty={params.presence_penalty} has no transformers "
                              "equivalent; use the vllm engine for it, or set it to 0")
+        if visual is not None and len(visual) != len(prompts):
+            raise ValueError(f"HFEngine: {len(visual)} visual features for a call of {len(prompts)} prompts")
         seeds = params.prompt_seeds(len(prompts))
         # Greedy decoding is deterministic: decode once and repeat (HF refuses n > 1 without sampling).
         num_return = 1 if params.greedy else params.n
@@ -121,39 +154,124 @@ class HFEngine(EngineBase):
         # Per-prompt seeds: each prompt alone (no padding, no neighbours drawing from its RNG), its n
         # samples one batch of n return sequences. Greedy needs no seed: it stays batched.
         if seeds is not None and not params.greedy:
-            calls = [([p], s) for p, s in zip(prompts, seeds)]
+            calls = [([i], s) for i, s in enumerate(seeds)]
         else:
-            calls = [(prompts[start : start + self.batch_size], None if params.seed is None else params.seed + k)
+            calls = [(list(range(start, min(start + self.batch_size, len(prompts)))),
+                      None if params.seed is None else params.seed + k)
                      for k, start in enumerate(range(0, len(prompts), self.batch_size))]
+        # Log-probs at the sampling temperature (the trainer's); greedy samples the T → 0 limit: T = 1.
+        extra: dict = {}
+        if params.logprobs:
+            extra["logprob_temperature"] = 1.0 if params.greedy else params.temperature
         results: list[list[Generation]] = []
         was_training = self.model.training
         self.model.eval()
         try:
-            for chunk, seed in calls:
-                rows = self._generate_chunk(chunk, config, seed)
+            for positions, seed in calls:
+                chunk = [prompts[i] for i in positions]
+                if visual is not None:
+                    extra["visual"] = [visual[i] for i in positions]
+                rows = self._generate_chunk(chunk, config, seed, **extra)
+                rows, logprobs = rows if isinstance(rows, tuple) else (rows, None)
                 for i in range(len(chunk)):
-                    samples = [self._to_generation(r, params) for r in rows[i * num_return : (i + 1) * num_return]]
+                    span = range(i * num_return, (i + 1) * num_return)
+                    samples = [self._to_generation(rows[r], params, logprobs[r] if logprobs else None) for r in span]
                     if params.greedy:  # independent copies: callers may annotate each sample
-                        samples = [Generation(list(g.token_ids), g.text, g.finish_reason) for g in samples * params.n]
+                        samples = [Generation(list(g.token_ids), g.text, g.finish_reason,
+                                              None if g.logprobs is None else list(g.logprobs))
+                                   for g in samples * params.n]
                     results.append(samples)
         finally:
             self.model.train(was_training)
         return results
 
-    def _generate_chunk(self, chunk: Sequence[PromptInputs], config: GenerationConfig, seed: int | None) -> list[list[int]]:
-        batch = self.adapter.collate(chunk).to(self.device, dtype=self.model.dtype)
+    def _generate_chunk(self, chunk: Sequence[PromptInputs], config: GenerationConfig, seed: int | None, *,
+                        visual: Sequence[VisualFeatures | None] | None = None,
+                        logprob_temperature: float | None = None):
+        """The chunk's raw continuations [B·n][steps] and, with `logprob_temperature`, each sampled
+        token's log-prob under the raw logits / that temperature (a (rows, logprobs) pair then)."""
+        batch = self.adapter.collate(chunk)
+        if visual is not None:
+            batch = batch.with_visual(self._chunk_features(chunk, visual))
+        batch = batch.to(self.device, dtype=self.model.dtype)
         cuda = [self.device.index or 0] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=cuda, enabled=seed is not None):
-            if seed is not None:
-                torch.manual_seed(seed)
-            # stop_strings need the tokenizer to find which tokens can complete them
-            extra = {"tokenizer": self.adapter.tokenizer} if config.stop_strings else {}
-            out = self.model.generate(**batch.model_inputs(), generation_config=config, **extra)
-        return out[:, batch.prompt_length :].tolist()
+        record = _SampledLogProbs(self.model, logprob_temperature) if logprob_temperature is not None else None
+        try:
+            with torch.random.fork_rng(devices=cuda, enabled=seed is not None):
+                if seed is not None:
+                    torch.manual_seed(seed)
+                # stop_strings need the tokenizer to find which tokens can complete them
+                extra = {"tokenizer": self.adapter.tokenizer} if config.stop_strings else {}
+                if record is not None:
+                    extra["stopping_criteria"] = StoppingCriteriaList([record])
+                out = self.model.generate(**batch.model_inputs(), generation_config=config, **extra)
+        finally:
+            if record is not None:
+                record.remove()
+        rows = out[:, batch.prompt_length :].tolist()
+        if record is None:
+            return rows
+        return rows, record.rows(len(rows))
 
-    def _to_generation(self, row: list[int], params: SamplingParams) -> Generation:
+    def _chunk_features(self, chunk: Sequence[PromptInputs], visual: Sequence[VisualFeatures | None]) -> VisualFeatures:
+        """The chunk's features in batch order: those given, the missing ones of prompts with media
+        encoded here in one tower call. A fresh object: transformers expands it to n in place."""
+        missing = [i for i, (p, v) in enumerate(zip(chunk, visual)) if v is None and media_counts(p)]
+        parts = list(visual)
+        for i, part in zip(missing, self.encode_visual([chunk[i] for i in missing])):
+            parts[i] = part
+        for p, v in zip(chunk, parts):
+            if v is not None and v.dtype is not None and v.dtype != self.model.dtype:
+                raise ValueError(f"HFEngine: visual features in {v.dtype} for a model in {self.model.dtype}")
+            if v is not None and len(v) != sum(media_counts(p).values()):
+                raise ValueError(f"HFEngine: visual features for {len(v)} media, the prompt holds "
+                                 f"{sum(media_counts(p).values())}")
+        return VisualFeatures.concat([v for v in parts if v is not None])
+
+    def _to_generation(self, row: list[int], params: SamplingParams, logprobs: list[float] | None = None) -> Generation:
         ids, reason = finish(row, self.adapter.eos_token_ids, params.max_new_tokens)
         stopped = cut_at_stop(ids, self.adapter.decode, params.stop) if params.stop else None
         if stopped is not None:  # transformers pads a row after its stop string: cut it there
             ids, reason = stopped, "stop"
-        return Generation(token_ids=ids, text=self.adapter.decode(ids), finish_reason=reason)
+        return Generation(token_ids=ids, text=self.adapter.decode(ids), finish_reason=reason,
+                          logprobs=None if logprobs is None else logprobs[: len(ids)])
+
+
+class _SampledLogProbs(StoppingCriteria):
+    """Each sampled token's log-prob, step by step, without keeping the logits: a forward hook holds
+    the model's last raw logits [B, V]; transformers calls the stopping criteria right after each
+    token is sampled, with it appended to `input_ids`, and this one (which never stops anything)
+    takes its log_softmax(logits / T) there and lets the logits go. Steps transformers generates past
+    the end and undoes come last: `rows` is cut to each row's length by the caller."""
+
+    def __init__(self, model: torch.nn.Module, temperature: float):
+        if temperature <= 0:
+            raise ValueError(f"log-probs need a temperature > 0, got {temperature}")
+        self.temperature = temperature
+        self.logits: torch.Tensor | None = None
+        self.steps: list[torch.Tensor] = []
+        self._handle = model.register_forward_hook(self._hook)
+
+    def _hook(self, module, args, output) -> None:
+        logits = getattr(output, "logits", None)
+        if logits is not None:
+            self.logits = logits[:, -1]
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        if self.logits is None:
+            raise RuntimeError("HFEngine: no logits from the model's forward before a sampled token")
+        z = self.logits.float()
+        if self.temperature != 1.0:
+            z = z / self.temperature
+        token = input_ids[:, -1:].to(z.device)
+        self.steps.append(z.gather(-1, token).squeeze(-1) - torch.logsumexp(z, dim=-1))  # [B], on the device
+        self.logits = None
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    def remove(self) -> None:
+        self._handle.remove()
+
+    def rows(self, batch: int) -> list[list[float]]:
+        if not self.steps:
+            return [[] for _ in range(batch)]
+        return torch.stack(self.steps, dim=1).tolist()

@@ -86,14 +86,58 @@ class VisualFeatures:
             outputs[kind] = type(have[0])(**fields)
         return cls(outputs)
 
+    def split(self, counts: Sequence[Mapping[str, int]]) -> list[VisualFeatures]:
+        """The inverse of `concat`: this batch's features cut into consecutive parts holding
+        `counts[i][kind]` images / videos each (`media_counts` of each prompt, in batch order)."""
+        starts = dict.fromkeys(MEDIA, 0)
+        parts = []
+        for count in counts:
+            outputs = {}
+            for kind, out in self.outputs.items():
+                k = count.get(kind, 0)
+                if k:
+                    a, b = starts[kind], starts[kind] + k
+                    outputs[kind] = _slice(out, a, b)
+                    starts[kind] = b
+            parts.append(VisualFeatures(outputs))
+        left = {kind: len(out.pooler_output) - starts[kind] for kind, out in self.outputs.items()}
+        if any(left.values()):
+            raise ValueError(f"VisualFeatures.split: {left} media left over after {len(counts)} parts")
+        return parts
+
+    @property
+    def dtype(self) -> torch.dtype | None:
+        """The features' dtype (None when there are none)."""
+        for out in self.outputs.values():
+            return out.pooler_output[0].dtype
+        return None
+
     def __len__(self) -> int:
         return sum(len(v.pooler_output) for v in self.outputs.values())
+
+
+def media_counts(prompt: PromptInputs) -> dict[str, int]:
+    """How many images and videos a prompt holds (one `grid_thw` row each): its share of a batch's
+    `VisualFeatures`, for `VisualFeatures.split`."""
+    out = {}
+    for kind, (_, _, grid_key) in MEDIA.items():
+        grid = prompt.mm.get(grid_key)
+        if grid is not None and grid.shape[0]:
+            out[kind] = int(grid.shape[0])
+    return out
 
 
 def _map_tensors(out: Any, fn) -> Any:
     fields = {"pooler_output": tuple(fn(t) for t in out.pooler_output)}
     if getattr(out, "deepstack_features", None) is not None:
         fields["deepstack_features"] = [tuple(fn(t) for t in layer) for layer in out.deepstack_features]
+    return type(out)(**fields)
+
+
+def _slice(out: Any, start: int, stop: int) -> Any:
+    fields = {"pooler_output": tuple(out.pooler_output[start:stop])}
+    if getattr(out, "deepstack_features", None) is not None:
+        fields["deepstack_features"] = [tuple(layer[start:stop]) for layer in out.deepstack_features]
     return type(out)(**fields)
 
 

@@ -8,6 +8,7 @@ sends; the loop in `trainer.py` only calls `all`, `each_shard`, `announce`, `rol
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import ray
@@ -80,6 +81,10 @@ class ActorGroup:
         self.plan, self.pg = placement.reserve(cfg)  # fails at once, in one line, when the cluster is too small
         options = worker_options(cfg)
         self.messages = MessageLog()
+        # Calls to the ranks are submitted under this lock, a whole round at a time: with two driver
+        # threads (asynchronous rollouts) every rank still sees the collectives in the same order.
+        self._lock = threading.RLock()
+        self.updates = 0  # `step` rounds submitted so far: the policy version a later sync sends
         self.sequence_parallel = t.sequence_parallel
         self.actors: list = []
         self.ranks = [ray.remote(PolicyWorker).options(**placement.actor_options(self.plan, self.pg, "rank", r))
@@ -95,18 +100,25 @@ class ActorGroup:
             self.all("build_engine", cfg.rollout.engine, engine, cfg.rollout.sleep_level)
             self.rollout = ColocatedRollout(self.ranks, self.messages, gather=lambda refs: gather(refs, self))
         else:
-            actor = ray.remote(RolloutWorker).options(**placement.actor_options(self.plan, self.pg, "rollout", 0)) \
-                .remote(str(model_dir), cfg.rollout.engine, engine, spec)
-            self.actors.append(actor)
+            workers = [ray.remote(RolloutWorker).options(**placement.actor_options(self.plan, self.pg, "rollout", w))
+                       .remote(str(model_dir), cfg.rollout.engine, engine, spec) for w in range(cfg.rollout.engines)]
+            self.actors += workers
             dtype = str(engine["dtype"]).removeprefix("torch.")
-            self.rollout = SeparateRollout(actor, self.ranks, self.messages, weight_dtype=dtype,
-                                           bucket_bytes=_bucket_bytes(cfg), gather=lambda refs: gather(refs, self))
+            self.rollout = SeparateRollout(workers, self.ranks, self.messages, weight_dtype=dtype,
+                                           bucket_bytes=int(cfg.rollout.sync_bucket_mb * 2**20),
+                                           gather=lambda refs: gather(refs, self), submit_lock=self._lock,
+                                           updates=lambda: self.updates)
 
     def all(self, method: str, *args) -> list:
-        return gather([self.messages.call(getattr(r, method), *args) for r in self.ranks], self)
+        with self._lock:
+            refs = [self.messages.call(getattr(r, method), *args) for r in self.ranks]
+        return gather(refs, self)
 
     def each(self, method: str, per_rank: list) -> list:
-        return gather([self.messages.call(getattr(r, method), *args) for r, args in zip(self.ranks, per_rank)], self)
+        with self._lock:
+            refs = [self.messages.call(getattr(r, method), *args) for r, args in zip(self.ranks, per_rank)]
+            self.updates += method == "step"
+        return gather(refs, self)
 
     def each_shard(self, method: str, shards: list[Shard], *args) -> list:
         """`method(shard, *args)` on every rank, the ranks of a sequence-parallel group sharing one
@@ -151,13 +163,6 @@ class ActorGroup:
         except Exception:  # noqa: BLE001 - a dead rank must not stop the others from being killed
             pass
         self.kill()
-
-
-def _bucket_bytes(cfg: Config) -> int:
-    """`rollout.sync_bucket_mb`, at most a quarter of Ray's object store (the buckets a separate
-    worker receives pass through it, two at a time)."""
-    store = cfg.orchestration.ray_object_store_mb
-    return int(min(cfg.rollout.sync_bucket_mb, store / 4 if store else cfg.rollout.sync_bucket_mb) * 2**20)
 
 
 def gather(refs: list, cluster: ActorGroup | None = None) -> list:

@@ -65,7 +65,7 @@ class ResourcePlan:
     strategy: str = "PACK"
     group_size: int = 1
     world_size: int = 1
-    rollout_workers: int = 0  # actors of their own for generation: 1 separate, 0 colocated
+    rollout_workers: int = 0  # actors of their own for generation: rollout.engines separate, 0 colocated
 
     def __post_init__(self) -> None:
         if self.mode not in ("colocated", "separate"):
@@ -135,7 +135,7 @@ def plan_resources(cfg: Any, *, world_size: int | None = None, mode: Mode | None
     t = cfg.trainer
     n = world_size or t.world_size
     mode = mode or cfg.rollout.placement_for(t.device)
-    workers = 1 if mode == "separate" else 0
+    workers = cfg.rollout.engines if mode == "separate" else 0
     if t.device == "cuda":
         train = tuple({"GPU": 1} for _ in range(n))
         rollout = tuple({"GPU": 1} for _ in range(workers))

@@ -17,6 +17,7 @@ Handles name a prepared prompt on the engine that read it: an int for the separa
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Protocol
 
@@ -53,61 +54,140 @@ class RolloutBackend(Protocol):
 
 
 class SeparateRollout:
-    """One rollout worker actor; `ranks` are the policy ranks that send it their weights."""
+    """`rollout.engines` rollout worker actors beside the policy ranks (each its own device).
+
+    Prompts are shared out in contiguous, equal shares (all samples of a prompt on one worker);
+    handles are (worker, local handle). A sync is a broadcast: every rank gathers its weights one
+    FSDP unit at a time, rank 0 broadcasts them in buckets to every worker at once over a gloo group
+    of their own (`transport.BroadcastGroup`), nothing through the driver or Ray's object store.
+    `submit_lock` orders the driver's calls to the ranks when two threads make them (asynchronous
+    rollouts): every rank must see the collectives in the same order."""
 
     placement = "separate"
 
-    def __init__(self, actor, ranks: list, messages: MessageLog, *, weight_dtype: str, bucket_bytes: int,
-                 gather=ray.get):
-        self.actor, self.ranks, self.messages = actor, ranks, messages
+    def __init__(self, actors: list, ranks: list, messages: MessageLog, *, weight_dtype: str, bucket_bytes: int,
+                 gather=ray.get, submit_lock=None, updates=lambda: 0):
+        self.actors, self.ranks, self.messages = actors, ranks, messages
         self.weight_dtype, self.bucket_bytes, self._gather = weight_dtype, bucket_bytes, gather
-        self._queue = None
+        self._lock = submit_lock if submit_lock is not None else threading.Lock()
+        self._updates = updates
+        self._joined = False
+        self.version = 0  # the policy version the workers hold (0: the checkpoint they were built from)
+
+    def _shares(self, n: int) -> list[tuple[int, int]]:
+        return _contiguous(n, len(self.actors))
 
     def prefetch(self, rows: list[dict]) -> None:
-        self.messages.call(self.actor.prefetch, rows)
+        for w, (a, b) in enumerate(self._shares(len(rows))):
+            if b > a:
+                self.messages.call(self.actors[w].prefetch, rows[a:b])
 
     def prepare(self, rows: list[dict]) -> list[dict]:
-        return ray.get(self.messages.call(self.actor.prepare, rows))
+        shares = self._shares(len(rows))
+        refs = [self.messages.call(self.actors[w].prepare, rows[a:b]) if b > a else None
+                for w, (a, b) in enumerate(shares)]
+        out = []
+        for w, ref in enumerate(refs):
+            for answer in (ray.get(ref) if ref is not None else []):
+                out.append({**answer, "handle": (w, answer["handle"])} if "handle" in answer else answer)
+        return out
 
     def generate(self, handles: list, params: dict) -> list[list[dict]]:
-        return ray.get(self.messages.call(self.actor.generate_prepared, handles, params))
+        return _generate_by_owner(handles, params, len(self.actors),
+                                  lambda w, local, p: self.messages.call(self.actors[w].generate_prepared, local, p),
+                                  self._gather)
 
     def release(self, handles: list) -> None:
-        self.messages.call(self.actor.release, handles)  # ordered after generate: an actor runs calls in turn
+        for w, local in _by_owner(handles).items():
+            self.messages.call(self.actors[w].release, local)  # ordered after generate: an actor runs calls in turn
 
     def data_stats(self) -> dict[str, float]:
-        stats = ray.get(self.actor.data_stats.remote())
-        stats["generate_s_per_engine"] = [stats["generate_s"]]
-        return stats
+        return _summed(self._gather([a.data_stats.remote() for a in self.actors]))
 
     def first_readable(self, rows: list[dict]) -> dict | None:
-        return ray.get(self.messages.call(self.actor.first_readable, rows))
+        return ray.get(self.messages.call(self.actors[0].first_readable, rows))
 
     def training(self) -> dict[str, float]:
-        """The separate worker keeps its device: nothing to put to sleep."""
+        """Separate workers keep their devices: nothing to put to sleep."""
         return {}
 
-    def sync(self, version: int) -> dict[str, float]:
-        """Every rank gathers (a collective, one FSDP unit at a time); rank 0 packs the tensors into
-        buckets and puts them on a queue of two that the worker drains into its engine."""
-        from ray.util.queue import Queue
+    def _join(self) -> None:
+        """Rank 0 and the workers form the broadcast group (once, on the first sync)."""
+        endpoint = ray.get(self.ranks[0].broadcast_endpoint.remote())
+        size = len(self.actors) + 1
+        self._gather([self.ranks[0].join_broadcast.remote(endpoint, size),
+                      *[a.join_broadcast.remote(endpoint, w + 1, size) for w, a in enumerate(self.actors)]])
+        self._joined = True
 
-        if self._queue is None:  # one queue actor for the run: starting one costs about a second
-            self._queue = Queue(maxsize=2, actor_options={"num_cpus": 0})
-        queue = self._queue
+    def sync(self, version: int | None = None) -> dict[str, float]:
+        """The policy's current weights to every worker; `version` None: the number of updates
+        submitted to the ranks before this sync (read under the submit lock, so exact)."""
+        if not self._joined:
+            self._join()
         t0 = time.perf_counter()
-        receive = self.messages.call(self.actor.receive_weights, queue, version)
-        sends = [self.messages.call(r.send_weights, queue if i == 0 else None, self.weight_dtype,
-                                    self.bucket_bytes) for i, r in enumerate(self.ranks)]
-        out = self._gather([receive, *sends])
-        report = {**out[0], **{k: v for k, v in out[1].items() if k not in out[0]}}
+        with self._lock:
+            version = self._updates() if version is None else version
+            sends = [self.messages.call(r.send_weights, self.weight_dtype, self.bucket_bytes) for r in self.ranks]
+        receives = [self.messages.call(a.receive_weights, version) for a in self.actors]
+        out = self._gather([*receives, *sends])
+        got, sent = out[: len(receives)], out[len(receives)]
+        report = {k: max(r[k] for r in got) if k.endswith("_s") else float(got[0][k]) for k in got[0]}
+        report.update({"gather_s": sent["gather_s"], "buckets": sent.get("buckets", 0.0),
+                       "send_s": sent.get("send_s", 0.0), "version": float(version)})
         report["seconds"] = time.perf_counter() - t0
+        self.version = version
         return report
 
     def close(self) -> None:
-        if self._queue is not None:
-            self._queue.shutdown(force=True)
-            self._queue = None
+        """The workers and their group go with the actor group."""
+
+
+def _contiguous(n: int, k: int) -> list[tuple[int, int]]:
+    """Contiguous (start, stop) of `n` items over `k` owners, the first owners one more when uneven."""
+    bounds, start = [], 0
+    for r in range(k):
+        stop = start + n // k + (r < n % k)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+def _by_owner(handles: list) -> dict[int, list]:
+    out: dict[int, list] = {}
+    for owner, local in handles:
+        out.setdefault(owner, []).append(local)
+    return out
+
+
+def _generate_by_owner(handles: list, params: dict, owners: int, call, gather) -> list[list[dict]]:
+    """Each owner generates its own prompts; per-prompt `seeds` travel with their handles, so the
+    samples are those one engine would draw for the same prompts."""
+    seeds = params.get("seeds") or []
+    where: list[list[int]] = [[] for _ in range(owners)]
+    for i, (owner, _) in enumerate(handles):
+        where[owner].append(i)
+    refs = {}
+    for owner, positions in enumerate(where):
+        if positions:
+            local = {**params, "seeds": [seeds[i] for i in positions]} if seeds else params
+            refs[owner] = call(owner, [handles[i][1] for i in positions], local)
+    answers = dict(zip(refs, gather(list(refs.values()))))
+    out: list = [None] * len(handles)
+    for owner, positions in enumerate(where):
+        for i, group in zip(positions, answers.get(owner, [])):
+            out[i] = group
+    return out
+
+
+def _summed(stats: list[dict]) -> dict:
+    """Engines' data stats: counts summed, the slowest engine's wait, the largest process, and each
+    engine's generate seconds (for the idle share)."""
+    out = {k: float(sum(s[k] for s in stats)) for k in stats[0]}
+    out["wait_s"] = max(s["wait_s"] for s in stats)
+    out["peak_rss_mb"] = max(s["peak_rss_mb"] for s in stats)
+    out["generate_s_per_engine"] = [s["generate_s"] for s in stats]
+    out["generate_s"] = max(out["generate_s_per_engine"])
+    return out
 
 
 class ColocatedRollout:
@@ -119,14 +199,7 @@ class ColocatedRollout:
         self.ranks, self.messages, self._gather = ranks, messages, gather
 
     def _share(self, n: int) -> list[tuple[int, int]]:
-        """Contiguous (start, stop) of `n` prompts per rank, the first ranks one more when uneven."""
-        k = len(self.ranks)
-        bounds, start = [], 0
-        for r in range(k):
-            stop = start + n // k + (r < n % k)
-            bounds.append((start, stop))
-            start = stop
-        return bounds
+        return _contiguous(n, len(self.ranks))
 
     def _on_each(self, method: str, parts: list[tuple]) -> list:
         """`rollout(method, *args)` on the ranks whose part is not None, concurrently."""
@@ -151,41 +224,16 @@ class ColocatedRollout:
         return out
 
     def generate(self, handles: list, params: dict) -> list[list[dict]]:
-        """Each rank generates its own prompts; per-prompt `seeds` travel with their handles, so the
-        samples are those one engine would draw for the same prompts."""
-        seeds = params.get("seeds") or []
-        parts: list[tuple | None] = [None] * len(self.ranks)
-        where: list[list[int]] = [[] for _ in self.ranks]
-        for i, (rank, _) in enumerate(handles):
-            where[rank].append(i)
-        for rank, positions in enumerate(where):
-            if positions:
-                local = {**params, "seeds": [seeds[i] for i in positions]} if seeds else params
-                parts[rank] = ([handles[i][1] for i in positions], local)
-        answers = self._on_each("generate_prepared", parts)
-        out: list = [None] * len(handles)
-        for rank, positions in enumerate(where):
-            for i, group in zip(positions, answers.get(rank, [])):
-                out[i] = group
-        return out
+        return _generate_by_owner(handles, params, len(self.ranks),
+                                  lambda r, local, p: self.messages.call(self.ranks[r].rollout, "generate_prepared", local, p),
+                                  self._gather)
 
     def release(self, handles: list) -> None:
-        per_rank: dict[int, list[int]] = {}
-        for rank, local in handles:
-            per_rank.setdefault(rank, []).append(local)
-        for rank, local in per_rank.items():
+        for rank, local in _by_owner(handles).items():
             self.messages.call(self.ranks[rank].rollout, "release", local)
 
     def data_stats(self) -> dict[str, float]:
-        """Summed over the engines (reads, tokens, vision passes); the slowest engine's wait and the
-        largest process; each engine's generate seconds, for the idle share."""
-        stats = self._gather([r.rollout.remote("data_stats") for r in self.ranks])
-        out = {k: float(sum(s[k] for s in stats)) for k in stats[0]}
-        out["wait_s"] = max(s["wait_s"] for s in stats)
-        out["peak_rss_mb"] = max(s["peak_rss_mb"] for s in stats)
-        out["generate_s_per_engine"] = [s["generate_s"] for s in stats]
-        out["generate_s"] = max(out["generate_s_per_engine"])
-        return out
+        return _summed(self._gather([r.rollout.remote("data_stats") for r in self.ranks]))
 
     def first_readable(self, rows: list[dict]) -> dict | None:
         return ray.get(self.messages.call(self.ranks[0].rollout, "first_readable", rows))

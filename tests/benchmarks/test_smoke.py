@@ -211,6 +211,16 @@ def check_bench_vllm(out: str) -> None:
     assert row["smoke"] and row["vllm_tokens_per_s"] > 0 and row["sync_bytes"] > 0, row
 
 
+def check_bench_rollout_scale(out: str) -> None:
+    rows = _json_lines(out)
+    separate, colocated = _one(rows, mode="separate"), _one(rows, mode="colocated")
+    assert separate["engines"] == 1 and colocated["engines"] == 2, rows
+    for row in (separate, colocated):
+        assert row["sync_bytes"] == 2 * row["model_bf16_bytes"] and row["gen_tokens_per_s"] > 0, row  # fp32 engines
+        assert row["step_s"] > 0 and row["peak_tree_rss_gb"] > 0 and 0 <= row["idle_frac"] < 1, row
+    assert separate["sync_buckets"] >= 1 and colocated["sync_buckets"] == 0, rows
+
+
 CHECKS = {f"{name[len('check_'):]}.py": fn for name, fn in globals().items() if name.startswith("check_")}
 
 

@@ -432,25 +432,32 @@ class PolicyWorker:
             torch.cuda.empty_cache()
         return {"sleep_s": time.perf_counter() - t0}
 
-    def send_weights(self, queue, dtype: str, bucket_bytes: int) -> dict[str, float]:
-        """Collective, for a separate rollout worker: every rank gathers (one FSDP unit at a time);
-        rank 0 (the one given a `queue`) packs the tensors into buckets of `bucket_bytes` and puts
-        each on the bounded queue as an object reference, then a None."""
-        import ray
+    def broadcast_endpoint(self) -> str:
+        """Rank 0: an address for the weight broadcast group's store, free on this node."""
+        from evr1.train.transport import free_endpoint
 
-        from evr1.train.weight_sync import iter_sync_weights, pack_buckets
+        return free_endpoint()
+
+    def join_broadcast(self, endpoint: str, size: int) -> None:
+        """Rank 0 becomes member 0 (the sender) of the weight broadcast group with the rollout workers."""
+        from evr1.train.transport import BroadcastGroup
+
+        self.broadcast = BroadcastGroup(endpoint, 0, size)
+
+    def send_weights(self, dtype: str, bucket_bytes: int) -> dict[str, float]:
+        """Collective, for separate rollout workers: every rank gathers (one FSDP unit at a time);
+        rank 0 broadcasts the tensors in buckets of `bucket_bytes` to every worker at once
+        (`transport.BroadcastGroup`): nothing through the driver or Ray's object store."""
+        from evr1.train.weight_sync import iter_sync_weights
 
         gather = _Timed(iter_sync_weights(self.model, dtype=getattr(torch, dtype)))
-        if queue is None:
+        if getattr(self, "broadcast", None) is None:
             for _ in gather:
                 pass
             return {"gather_s": gather.seconds}
-        try:
-            for bucket in pack_buckets(gather, bucket_bytes):
-                queue.put([ray.put(bucket)], timeout=600)  # in a list: the receiver gets the ref, not a copy
-        finally:
-            queue.put(None, timeout=600)
-        return {"gather_s": gather.seconds}
+        t0 = time.perf_counter()
+        sent = self.broadcast.send(gather, bucket_bytes)
+        return {**sent, "gather_s": gather.seconds, "send_s": time.perf_counter() - t0 - gather.seconds}
 
     def save(self, path: str) -> None:
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)

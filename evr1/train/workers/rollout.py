@@ -12,6 +12,12 @@ policy ranks (separate), whose weights arrive in buckets from rank 0 (`receive_w
 object inside every policy rank (colocated, `PolicyWorker.build_engine`), whose weights are streamed
 into it in-process. Its lifecycle (`wake_up`, `load_weights`, `reset_caches`, `sleep`) is recorded in
 `events`, so tests can check the order a colocated engine goes through each step.
+
+A colocated engine of a rank with a frozen vision tower shares a feature store with it
+(`share_features`): each prompt it generates from is encoded once, the features kept under the
+row's key and given to the engine's generation; the rank's log-prob and update passes then take
+them from the same store instead of running their own tower (`PolicyWorker._encode`). One vision
+pass per prompt per step, where there were two.
 """
 
 from __future__ import annotations
@@ -45,15 +51,18 @@ class RolloutWorker:
         self.prep = PromptPrep(self.adapter, spec, limit=options.get("prefetch_prompts", 64)) if spec else None
         self.vision_passes = VisionPassCounter(getattr(self.engine, "model", None))
         self._prompts: dict[int, object] = {}
+        self._keys: dict[int, str] = {}  # handle → its row's key (the feature store's key)
+        self.features: dict | None = None  # row key → VisualFeatures on the CPU, shared with the rank
         self._handles = count()
         self.events: list[str] = []  # the lifecycle, in order (see the module docstring)
         self.version = 0  # the policy version the engine's weights are (0: the checkpoint it was built from)
         self.generate_s = 0.0  # seconds spent generating since the last `data_stats`
         self.generated_tokens = 0
 
-    def generate(self, prompts: list, params: dict) -> list[list[dict]]:
+    def generate(self, prompts: list, params: dict, visual: list | None = None) -> list[list[dict]]:
         t0 = time.perf_counter()
-        outs = self.engine.generate(prompts, SamplingParams(**params))
+        extra = {"visual": visual} if visual is not None else {}
+        outs = self.engine.generate(prompts, SamplingParams(**params), **extra)
         self.generate_s += time.perf_counter() - t0
         self.generated_tokens += sum(len(g.token_ids) for group in outs for g in group)
         self.events.append("generate")
@@ -76,16 +85,50 @@ class RolloutWorker:
                 continue
             handle = next(self._handles)
             self._prompts[handle] = prompt
+            self._keys[handle] = row_key(row)
             out.append({"handle": handle, "prompt_tokens": len(prompt)})
         self.prep.release()
         return out
 
     def generate_prepared(self, handles: list[int], params: dict) -> list[list[dict]]:
-        return self.generate([self._prompts[h] for h in handles], params)
+        prompts = [self._prompts[h] for h in handles]
+        if self.features is None:
+            return self.generate(prompts, params)
+        t0 = time.perf_counter()
+        visual = self._shared_features(handles, prompts)
+        self.generate_s += time.perf_counter() - t0  # encoding is part of generating
+        return self.generate(prompts, params, visual=visual)
 
     def release(self, handles: list[int]) -> None:
         for h in handles:
             self._prompts.pop(h, None)
+            self._keys.pop(h, None)
+
+    # -- vision features shared with the rank (colocated, frozen tower) -----------------------------
+
+    def share_features(self, store: dict) -> None:
+        """Keep each generated prompt's vision features in `store` (row key → `VisualFeatures` on the
+        CPU, in the engine's dtype), and take them from there when present. The rank owning `store`
+        reads them in its passes and clears it at the end of its step: only for a frozen tower,
+        whose features do not change with the weights, and an engine whose dtype is the rank's."""
+        if not getattr(self.engine, "accepts_visual", False):
+            raise ValueError(f"share_features: the {type(self.engine).__name__} engine takes no precomputed vision features")
+        self.features = store
+
+    def _shared_features(self, handles: list[int], prompts: list) -> list:
+        """Each prompt's features from the store; a missing one encoded here and stored. One tower
+        call per prompt, as the rank encodes and as per-prompt seeds generate (a prompt alone): its
+        features, hence its samples, never depend on the other prompts of the call. None for a
+        text-only prompt."""
+        from evr1.models.shared_prefix import media_counts
+
+        keys = [self._keys[h] for h in handles]
+        fresh = {}  # encoded now: generation takes them where they are (the engine's device)
+        for key, prompt in zip(keys, prompts):
+            if key not in self.features and key not in fresh and media_counts(prompt):
+                (fresh[key],) = self.engine.encode_visual([prompt])
+                self.features[key] = fresh[key].to("cpu")
+        return [fresh.get(k) or self.features.get(k) for k in keys]
 
     def data_stats(self) -> dict[str, float]:
         """Since the last call: seconds spent waiting for frames, cache hits and misses; and this
@@ -164,30 +207,21 @@ class RolloutWorker:
         self.events.append("load")
         return {"tensors": float(len(sent)), "bytes": float(nbytes), "load_s": time.perf_counter() - t0}
 
-    def receive_weights(self, queue, version: int) -> dict[str, float]:
-        """The separate placement's side of a sync: buckets (`weight_sync.pack_buckets`) arrive on
-        `queue` from policy rank 0, one or two in flight, each unpacked into the engine as it
-        comes; a None ends the stream. No whole state dict exists in any process."""
-        from evr1.train.weight_sync import unpack
+    def join_broadcast(self, endpoint: str, member: int, size: int) -> None:
+        """Join the weight broadcast group (`transport.BroadcastGroup`) as member `member` of `size`."""
+        from evr1.train.transport import BroadcastGroup
 
-        buckets = 0
+        self.broadcast = BroadcastGroup(endpoint, member, size)
 
-        def items():
-            nonlocal buckets
-            while True:
-                ref = queue.get(timeout=600)
-                if ref is None:
-                    return
-                buckets += 1
-                import ray
-
-                yield from unpack(ray.get(ref[0]))
-
+    def receive_weights(self, version: int) -> dict[str, float]:
+        """The separate placement's side of a sync: the buckets policy rank 0 broadcasts, each
+        loaded into the engine as it arrives; then the caches reset. No whole state dict exists in
+        any process."""
         self.wake_up(("weights",))
-        report = self.load_weights(items(), version)
+        report = self.load_weights(self.broadcast.receive(), version)
         self.reset_caches()
         self.wake_up(("kv_cache",))
-        return {**report, "buckets": float(buckets)}
+        return report
 
     def engine_params(self) -> dict[str, torch.Tensor] | None:
         """The HF engine's weights (tests compare them with the policy's after a sync)."""
