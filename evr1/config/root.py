@@ -106,6 +106,10 @@ class Config(Section):
                                  f"heads ({heads}, {where}): Ulysses gives each rank heads / sequence_parallel heads")
         if a.offline_ratio > 0 and not self.data.offline_key:
             raise ValueError("algorithm: offline_ratio > 0 needs data.offline_key (the field holding the trajectories)")
+        if t.mode != "synchronous" and self.rollout.placement_for(t.device) != "separate":
+            raise ValueError(f"trainer: mode {t.mode} overlaps generation with training, so the engines need devices "
+                             f"of their own: set rollout.placement=separate (it resolves to "
+                             f"{self.rollout.placement_for(t.device)} here)")
         if a.use_kl_in_reward and a.adv_estimator == "gdpo":
             raise ValueError("algorithm: use_kl_in_reward does not combine with adv_estimator gdpo "
                              "(GDPO normalises separate reward components, not token rewards)")

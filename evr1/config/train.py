@@ -80,6 +80,9 @@ class RolloutConfig(Section):
     # Separate placement: how many rollout workers (each its own device); prompts are shared out
     # between them, all samples of a prompt on one, and every sync broadcasts to all of them.
     engines: int = Field(1, ge=1)
+    # CPU runs: the cores the rollout workers run on (None: all); with trainer.cpus, generation and
+    # training on cores of their own, so that asynchronous rollouts really overlap on one machine.
+    cpus: list[int] | None = None
 
     def placement_for(self, device: str) -> str:
         """`placement` with auto resolved for `device`."""
@@ -181,6 +184,19 @@ class RewardConfig(Section):
 
 class TrainerConfig(Section):
     steps: int = Field(4, ge=1)
+    # synchronous: generate, then train (the engines idle while the ranks train, and the other way
+    # round). one_step_off: the next step's batch is generated, by the policy one version behind,
+    # while this one trains (verl's recipe). bounded: generation runs up to `max_staleness` versions
+    # ahead. Both need separate rollout workers (rollout.placement: separate); correct the staleness
+    # with rollout.correction (importance weights from the engines' log-probs).
+    mode: Literal["synchronous", "one_step_off", "bounded"] = "synchronous"
+    max_staleness: int = Field(1, ge=0)  # bounded mode's bound (0: synchronous)
+    cpus: list[int] | None = None  # CPU runs: the cores the policy ranks run on (None: all); see rollout.cpus
+
+    @property
+    def staleness(self) -> int:
+        """How many versions generation may run ahead: 0 synchronous, 1 one_step_off, max_staleness bounded."""
+        return {"synchronous": 0, "one_step_off": 1}.get(self.mode, self.max_staleness)
     prompts_per_step: int = Field(2, ge=1)
     micro_batch_size: int = Field(4, ge=1)
     ppo_epochs: int = Field(1, ge=1)

@@ -39,7 +39,7 @@ def worker_options(cfg: Config) -> dict:
         "loss_options": {k: v for k, v in a.loss_options().items() if k not in ("loss_agg_mode", "loss_scale_factor")},
         "betas": list(t.betas), "weight_decay": t.weight_decay, "grad_clip": t.grad_clip,
         "lr": t.lr, "warmup_lr": t.warmup_lr or t.lr, "micro_batch_size": t.micro_batch_size,
-        "ppo_epochs": t.ppo_epochs, "prefetch_prompts": t.prefetch_prompts,
+        "ppo_epochs": t.ppo_epochs, "prefetch_prompts": t.prefetch_prompts, "cpus": t.cpus,
         "warmup_keeps_vision": t.warmup_keeps_vision,
         "padding_free": t.padding_free, "freeze_vision_tower": cfg.model.freeze_vision_tower,
         "logits_chunk_tokens": t.logits_chunk_tokens,
@@ -93,7 +93,7 @@ class ActorGroup:
         engine = {"batch_size": cfg.rollout.batch_size,
                   "dtype": configured_dtype(cfg.model, t.device),  # bf16 on GPU unless set
                   "device": t.device, "prefetch_prompts": t.prefetch_prompts,
-                  "engine_options": engine_options(cfg)}
+                  "engine_options": engine_options(cfg), "cpus": cfg.rollout.cpus}
         master = ray.get(self.ranks[0].endpoint.remote())
         self.all("setup", master)
         if self.plan.mode == "colocated":
@@ -137,6 +137,11 @@ class ActorGroup:
             k = r // sp  # the ranks of a sequence-parallel group read the same share
             first, last = k * per // n, ((k + 1) * per - 1) // n
             self.messages.call(rank.prefetch, rows[first:last + 1])
+
+    @property
+    def rollout_version(self) -> int:
+        """The policy version (updates) the rollout engines hold."""
+        return self.rollout.version
 
     def sync_weights(self, version: int) -> dict[str, float]:
         """The policy's weights into every rollout engine (`RolloutBackend.sync`): what was moved."""

@@ -197,6 +197,7 @@ class ColocatedRollout:
 
     def __init__(self, ranks: list, messages: MessageLog, *, gather=ray.get):
         self.ranks, self.messages, self._gather = ranks, messages, gather
+        self.version = 0  # the policy version the engines hold (0: the checkpoint they were built from)
 
     def _share(self, n: int) -> list[tuple[int, int]]:
         return _contiguous(n, len(self.ranks))
@@ -250,6 +251,8 @@ class ColocatedRollout:
         reports = self._gather([self.messages.call(r.sync_engine, version) for r in self.ranks])
         out = {k: max(x[k] for x in reports) if k in SYNC_MAX else float(reports[0][k]) for k in reports[0]}
         out["seconds"] = time.perf_counter() - t0
+        out["version"] = float(version)
+        self.version = version
         return out
 
     def close(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -29,6 +30,7 @@ from evr1.train.protocol import ReaderSpec, Shard, data_parallel, grouped_calls,
 from evr1.train.prompt_source import Cursor, PromptSource
 from evr1.cluster.connect import ensure_ray
 from evr1.train.collect import FIELDS, Rollout, collect, draw_readable, sampling
+from evr1.train.async_rollouts import Collected, RolloutProducer
 from evr1.train.rollout_backend import idle_fraction
 from evr1.train.rollout_table import RolloutTables, TableSink
 from evr1.train import offline, warmup
@@ -116,18 +118,45 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
         if val_samples and t.val_every and step == 0:  # where RL starts from (after any warm-up), logged at step 0
             before_rl = validate(cfg, cluster, val_samples, adapter, score)
             log_metrics(before_rl, 0)
-        while step < t.steps:
-            step += 1
-            metrics = _one_step(cfg, cluster, source, adapter, score, step, kl_ctrl, tables=tables)
-            if val_samples and t.val_every and (step % t.val_every == 0 or step == t.steps):
-                metrics.update(validate(cfg, cluster, val_samples, adapter, score, tables=tables))
-            history.append({"step": step, **metrics})
-            log_metrics(metrics, step)
-            tables.flush(step)
-            if step == t.steps or (t.save_every and step % t.save_every == 0):
-                _save(cluster, out_dir, step, source, history, cfg, model_dir,
-                      kl_coef=kl_ctrl.value if kl_ctrl is not None else None)
-                ckpt_io.prune(out_dir, t.keep_last)
+        producer = None
+        if t.mode != "synchronous" and step < t.steps:  # the next batches are generated while the ranks train
+            producer = RolloutProducer(lambda s, v: _produce(cfg, cluster, source, adapter, score, s, v),
+                                       lambda: cluster.sync_weights(None), first=step + 1, last=t.steps,
+                                       max_staleness=t.staleness, trained=step, engine_version=cluster.rollout_version)
+        idle_seen = 0.0
+        try:
+            while step < t.steps:
+                step += 1
+                collected = None
+                if producer is not None:
+                    t_wait = time.perf_counter()
+                    collected = producer.take()
+                    waited = time.perf_counter() - t_wait
+                metrics = _one_step(cfg, cluster, source, adapter, score, step, kl_ctrl, tables=tables,
+                                    collected=collected)
+                if producer is not None:
+                    producer.trained(step)
+                    wall = metrics["time/step_s"] + waited
+                    metrics["perf/trainer_wait_s"] = waited  # the ranks had no batch to train on
+                    metrics["perf/trainer_idle_frac"] = waited / max(wall, 1e-9)
+                    idle, idle_seen = producer.idle_s - idle_seen, producer.idle_s
+                    metrics["perf/rollout_idle_frac_async"] = min(idle / max(wall, 1e-9), 1.0)  # held at the gate
+                if val_samples and t.val_every and (step % t.val_every == 0 or step == t.steps):
+                    with producer.quiesce() if producer is not None else nullcontext():
+                        if cluster.rollout_version < step:  # validation scores the newest policy
+                            cluster.sync_weights(None if producer is not None else step)
+                        metrics.update(validate(cfg, cluster, val_samples, adapter, score, tables=tables))
+                history.append({"step": step, **metrics})
+                log_metrics(metrics, step)
+                tables.flush(step)
+                if step == t.steps or (t.save_every and step % t.save_every == 0):
+                    _save(cluster, out_dir, step, source, history, cfg, model_dir,
+                          kl_coef=kl_ctrl.value if kl_ctrl is not None else None,
+                          cursor=collected.cursor if collected is not None else None)
+                    ckpt_io.prune(out_dir, t.keep_last)
+        finally:
+            if producer is not None:
+                producer.close()
         final = ckpt_io.latest_checkpoint(out_dir)
         if not (final / "probe.pt").exists():
             _write_probe(cluster, source.samples, adapter, final)
@@ -146,23 +175,51 @@ def _kl_controller(cfg: Config, value: float | None):
     return rl.FixedKLController(start)
 
 
-def _one_step(cfg, cluster: ActorGroup, source: PromptSource, adapter, score, step: int, kl_ctrl,
-              tables: RolloutTables | None = None) -> dict:
-    t, a = cfg.trainer, cfg.algorithm
-    t0 = time.perf_counter()
+def _collect_step(cfg, cluster: ActorGroup, source: PromptSource, adapter, score, step: int,
+                  version: int) -> Collected:
+    """Generate and score step `step`'s batch (on the engines holding policy `version`), and start
+    reading the next step's prompts."""
     metrics: dict[str, float] = {}
     generated, batch = collect(cfg, cluster.rollout, source, adapter, score, step, metrics,
                                announce=lambda rows: cluster.announce(rows, cfg.rollout.n))
-    if step < t.steps:  # the next step's prompts are read while this one computes log-probs and updates
-        cluster.rollout.prefetch(source.peek(t.prompts_per_step))
+    if step < cfg.trainer.steps:  # the next step's prompts are read while this one computes log-probs and updates
+        cluster.rollout.prefetch(source.peek(cfg.trainer.prompts_per_step))
+    return Collected(step, generated, batch, metrics, source.state(), version)
+
+
+def _produce(cfg, cluster: ActorGroup, source: PromptSource, adapter, score, step: int, version: int) -> Collected:
+    """The producer thread's step: collect on the engines (policy `version`), then their data stats."""
+    item = _collect_step(cfg, cluster, source, adapter, score, step, version)
+    item.rollout_stats = cluster.rollout.data_stats()
+    return item
+
+
+def _one_step(cfg, cluster: ActorGroup, source: PromptSource, adapter, score, step: int, kl_ctrl,
+              tables: RolloutTables | None = None, collected: Collected | None = None) -> dict:
+    """One GRPO step. Synchronous: collect, train, sync. With `collected` (asynchronous modes), the
+    batch was generated by the producer thread (evr1/train/async_rollouts.py), which also syncs."""
+    t, a = cfg.trainer, cfg.algorithm
+    t0 = time.perf_counter()
+    synchronous = collected is None
+    if synchronous:
+        collected = _collect_step(cfg, cluster, source, adapter, score, step, cluster.rollout_version)
+        collected.rollout_stats = cluster.rollout.data_stats()
+    generated, batch, metrics = collected.generated, collected.batch, dict(collected.metrics)
+    behind = (step - 1) - collected.version  # the trained policy's version minus the generating one's
+    metrics.update({"rollout/staleness": float(behind), "rollout/policy_version": float(collected.version)})
     # A colocated engine resets its caches and sleeps: the rank's device is the trainer's until the sync.
     metrics.update({f"perf/engine_{k}": v for k, v in cluster.rollout.training().items()})
     t_gen = time.perf_counter()
+    if not synchronous:
+        metrics["time/collect_s"] = collected.collect_s  # overlapped with training: not on the critical path
+        metrics.update({f"perf/sync_{k}": float(v) for k, v in collected.sync.items() if k != "seconds"})
+        if collected.sync:
+            metrics["time/sync_s"] = float(collected.sync.get("seconds", 0.0))
     metrics.update(_reward_metrics(generated))
     if not len(batch):
         # Every group scored alike (dynamic sampling kept none): nothing to learn from this step.
         metrics.update({"data/skipped": 1.0, "time/step_s": time.perf_counter() - t0})
-        metrics.update(_data_metrics(cluster, len(generated.group_order()), []))
+        metrics.update(_data_metrics(cluster, len(generated.group_order()), [], collected.rollout_stats))
         if tables is not None:  # what was generated, with no advantage: a reader sees why nothing was kept
             tables.saw_step(generated, None)
         return metrics
@@ -224,15 +281,17 @@ def _one_step(cfg, cluster: ActorGroup, source: PromptSource, adapter, score, st
                min_ratio=t.min_lr_ratio)
     rank_metrics = cluster.each_shard("step", shards, lr)
     t_update = time.perf_counter()
-    moved = cluster.sync_weights(step)
+    if synchronous:
+        moved = cluster.sync_weights(step)
+        metrics.update({f"perf/sync_{k}": float(v) for k, v in moved.items() if k != "seconds"})
     t_sync = time.perf_counter()
-    metrics.update({f"perf/sync_{k}": float(v) for k, v in moved.items() if k != "seconds"})
 
     tokens = sum(batch.prompt_tokens) + sum(lengths)
     metrics.update({
         "adv/mean": float(rl.masked_mean(advantages, mask)), "data/epoch": float(source.cursor.epoch),
         "time/rollout_s": t_gen - t0, "time/log_probs_s": t_lp - t_gen, "time/advantage_s": t_adv - t_lp,
-        "time/update_s": t_update - t_adv, "time/sync_s": t_sync - t_update, "time/step_s": t_sync - t0,
+        "time/update_s": t_update - t_adv, "time/step_s": t_sync - t0,
+        **({"time/sync_s": t_sync - t_update} if synchronous else {}),
         "perf/tokens": float(tokens), "perf/throughput": tokens / (t_sync - t0) / t.world_size,
         # Over every device the run holds, a separate rollout worker's included.
         "perf/tokens_per_s_per_device": tokens / (t_sync - t0) / (t.world_size + (cluster.rollout.placement == "separate")),
@@ -244,7 +303,7 @@ def _one_step(cfg, cluster: ActorGroup, source: PromptSource, adapter, score, st
     metrics["data/rank_unreadable"] = float(sum(m["data/rank_unreadable"] for m in rank_metrics))
     metrics["perf/rank_peak_rss_mb"] = float(max(m["perf/rank_peak_rss_mb"] for m in rank_metrics))
     waits = [w + m["time/rank_data_wait_s"] for w, m in zip(rank_waits, rank_metrics)]
-    metrics.update(_data_metrics(cluster, len(generated.group_order()), waits))
+    metrics.update(_data_metrics(cluster, len(generated.group_order()), waits, collected.rollout_stats))
     metrics["perf/vision_passes_per_prompt"] = ((metrics["perf/rank_vision_passes"] + metrics.pop("perf/rollout_vision_passes"))
                                                 / max(len(generated.group_order()), 1))
     if tables is not None:  # each response's scalar advantage: its first response token's
@@ -271,10 +330,10 @@ def _rollout_correction(cfg: Config, batch: Rollout, old: list[list[float]], mas
     return weights
 
 
-def _data_metrics(cluster: ActorGroup, prompts: int, rank_waits: list[float]) -> dict[str, float]:
-    """What the driver sent this step and how long the workers waited for frames (the slowest rank)."""
+def _data_metrics(cluster: ActorGroup, prompts: int, rank_waits: list[float], rollout: dict) -> dict[str, float]:
+    """What the driver sent this step and how long the workers waited for frames (the slowest rank);
+    `rollout`: the engines' data stats for the step (`RolloutBackend.data_stats`)."""
     sent = cluster.messages.take()
-    rollout = cluster.rollout.data_stats()
     per_engine = rollout["generate_s_per_engine"]
     engines = {"perf/rollout_engines": float(len(per_engine)), "perf/rollout_idle_frac": idle_fraction(per_engine),
                "perf/gen_tokens_per_s": rollout["generated_tokens"] / max(rollout["generate_s"], 1e-9)}
@@ -392,7 +451,7 @@ def _warmup(cfg: Config, cluster: ActorGroup, samples: list[dict], adapter, log_
 
 
 def _save(cluster: ActorGroup, out_dir: Path, step: int, source: PromptSource, history, cfg: Config, model_dir, *,
-          kl_coef: float | None) -> Path:
+          kl_coef: float | None, cursor: dict | None = None) -> Path:
     """Shards and state into `step_N.tmp`, then one rename: a crash mid-save never leaves a folder
     that looks complete."""
     final = ckpt_io.step_dir(out_dir, step)
@@ -400,7 +459,8 @@ def _save(cluster: ActorGroup, out_dir: Path, step: int, source: PromptSource, h
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     cluster.all("save", str(tmp))
-    ckpt_io.write_state(tmp, {"step": step, "cursor": source.state(), "history": history, "seed": cfg.run.seed,
+    # `cursor`: where the prompts stood after step `step`'s draws (a producer thread may have drawn further).
+    ckpt_io.write_state(tmp, {"step": step, "cursor": cursor or source.state(), "history": history, "seed": cfg.run.seed,
                               "base_model": str(model_dir), "world_size": cfg.trainer.world_size,
                               "kl_coef": kl_coef})
     ckpt_io.publish(tmp, final)
