@@ -121,9 +121,6 @@ class Config(Section):
         if self.rollout.n > 1 and self.rollout.temperature == 0:
             raise ValueError("rollout: temperature 0 (greedy) makes the n responses of a group identical, so "
                              "group-relative advantages are all 0; sample with temperature > 0")
-        if self.rollout.correction.enabled and self.rollout.engine != "vllm":
-            raise ValueError("rollout: correction needs an engine that returns its sampled tokens' log-probs "
-                             f"(rollout.engine vllm), not {self.rollout.engine}")
         uses_vllm = self.rollout.engine == "vllm" or (self.eval.judge.enabled and self.eval.judge.engine == "vllm")
         if uses_vllm and self.trainer.device == "cuda" and self.rollout.vllm.max_model_len is None:
             raise ValueError("rollout: vllm.max_model_len is unset, so vLLM would reserve KV cache for the model's "

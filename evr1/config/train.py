@@ -42,7 +42,8 @@ class VLLMConfig(Section):
 class RolloutCorrection(Section):
     """Importance correction of the rollout engine's numerics (or staleness): each token's advantage
     is weighted by π_old / π_rollout, truncated at `threshold` (TIS, Yao et al. 2025) or, with
-    `mode: mask`, tokens (or sequences) above it dropped. Needs an engine that returns log-probs (vLLM)."""
+    `mode: mask`, tokens (or sequences) above it dropped. Both engines return the sampled tokens'
+    log-probs (vLLM's, HF's at the sampling temperature)."""
 
     enabled: bool = False
     level: Literal["token", "sequence"] = "token"

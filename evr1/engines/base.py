@@ -44,8 +44,9 @@ class SamplingParams:
     # Strings that end a response (kept in it, like vLLM's include_stop_str_in_output), e.g.
     # "</answer>": what a policy writes after its answer is never scored, only trained on as noise.
     stop: tuple[str, ...] = ()
-    # Return each sampled token's log-prob (`Generation.logprobs`) where the engine has them (vLLM:
-    # raw model log-probs, before temperature), e.g. to log the rollout-vs-trainer gap.
+    # Return each sampled token's log-prob (`Generation.logprobs`), e.g. to log the rollout-vs-trainer
+    # gap. HF: log_softmax(raw logits / temperature), no top-p / top-k filtering (greedy: temperature
+    # 1), as the trainer computes them; vLLM: per its `logprobs_mode` (raw, or after its processors).
     logprobs: bool = False
 
     def __post_init__(self) -> None:
@@ -107,6 +108,10 @@ class EngineBase(abc.ABC):
     """
 
     concurrent: bool = False
+    # Whether `generate` takes precomputed vision features (`generate(..., visual=[...])`, one
+    # `VisualFeatures` or None per prompt) and `encode_visual(prompts)` makes them: HF does, so a
+    # colocated rank with a frozen tower and its engine encode each prompt once between them.
+    accepts_visual: bool = False
 
     @abc.abstractmethod
     def generate(self, prompts: Sequence[PromptInputs], params: SamplingParams) -> list[list[Generation]]:

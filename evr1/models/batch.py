@@ -101,32 +101,47 @@ class ModelBatch:
         mm = {k: v for k, v in self.mm.items() if k not in ("pixel_values", "pixel_values_videos")}
         return replace(self, mm=mm, pending_images=(), pending_videos=(), visual=visual)
 
-    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> ModelBatch:
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None, *,
+           non_blocking: bool = False) -> ModelBatch:
         """Move every tensor; `dtype` applies to the pixel tensors only (e.g. bf16 models).
 
         Pending uint8 media go to `device` as uint8 and are normalised and patchified there
         (`prepare_media`): float32 gives the processors' exact values, other dtypes their rounding.
+        `non_blocking`: host tensors bound for an accelerator are staged in pinned memory and copied
+        without waiting for the device (`to_device`); the values are the same.
         """
 
         def move(key: str, t: torch.Tensor) -> torch.Tensor:
-            if dtype is not None and key.startswith("pixel_values"):
-                return t.to(device=device, dtype=dtype)
-            return t.to(device)
+            cast = dtype if dtype is not None and key.startswith("pixel_values") else None
+            return to_device(t, device, cast, non_blocking=non_blocking)
 
         mm = {k: move(k, v) for k, v in self.mm.items()}
         if self.pending_images or self.pending_videos:
-            mm.update(prepare_media(self.pending_images, self.pending_videos, self.settings, device, dtype))
+            mm.update(prepare_media(self.pending_images, self.pending_videos, self.settings, device, dtype,
+                                    non_blocking=non_blocking))
         return replace(
             self,
-            input_ids=self.input_ids.to(device),
-            attention_mask=self.attention_mask.to(device),
-            mm_token_type_ids=self.mm_token_type_ids.to(device),
+            input_ids=to_device(self.input_ids, device, non_blocking=non_blocking),
+            attention_mask=to_device(self.attention_mask, device, non_blocking=non_blocking),
+            mm_token_type_ids=to_device(self.mm_token_type_ids, device, non_blocking=non_blocking),
             mm=mm,
-            response_mask=self.response_mask.to(device),
+            response_mask=to_device(self.response_mask, device, non_blocking=non_blocking),
             pending_images=(),
             pending_videos=(),
             visual=self.visual.to(device) if self.visual is not None else None,
         )
+
+
+def to_device(t: torch.Tensor, device: torch.device | str, dtype: torch.dtype | None = None, *,
+              non_blocking: bool = False) -> torch.Tensor:
+    """`t.to(device, dtype)`. With `non_blocking`, a host tensor bound for an accelerator is first staged
+    in pinned (page-locked) memory, then copied asynchronously: a blocking copy makes the host wait
+    until the device has run everything queued before it (PyTorch synchronises the stream), so each
+    one left the device idle while the host prepared and queued the next work. The staged copy is the
+    allocator's (it outlives the transfer); `t` may change afterwards. A copy to the CPU ignores the flag."""
+    if non_blocking and t.device.type == "cpu" and torch.device(device).type != "cpu":
+        return (t if t.is_pinned() else t.pin_memory()).to(device=device, dtype=dtype, non_blocking=True)
+    return t.to(device=device, dtype=dtype)
 
 
 def _patches(x: torch.Tensor, s: VisionSettings, dtype: torch.dtype | None) -> torch.Tensor:
@@ -141,19 +156,22 @@ def prepare_media(
     settings: tuple[VisionSettings, VisionSettings] | None,
     device: torch.device | str,
     dtype: torch.dtype | None = None,
+    *,
+    non_blocking: bool = False,
 ) -> dict[str, torch.Tensor]:
     """uint8 media → `pixel_values` / `pixel_values_videos` on `device`, normalised in float32 and then
-    cast to `dtype`: identical to the CPU processors' values in float32, their bf16 rounding otherwise."""
+    cast to `dtype`: identical to the CPU processors' values in float32, their bf16 rounding otherwise.
+    `non_blocking`: the uint8 frames go through pinned memory without a host wait (`to_device`)."""
     if settings is None:
         raise ValueError("prepare_media: the batch has pending media but no vision settings")
     image_s, video_s = settings
     out: dict[str, torch.Tensor] = {}
     if images:
         out["pixel_values"] = torch.cat([
-            _patches(normalize_image(as_tensor(i).to(device), image_s.mean, image_s.std),
+            _patches(normalize_image(to_device(as_tensor(i), device, non_blocking=non_blocking), image_s.mean, image_s.std),
                      image_s, dtype) for i in images])
     if videos:
         out["pixel_values_videos"] = torch.cat([
-            _patches(normalize_video(as_tensor(v).to(device), video_s.mean, video_s.std),
+            _patches(normalize_video(to_device(as_tensor(v), device, non_blocking=non_blocking), video_s.mean, video_s.std),
                      video_s, dtype) for v in videos])
     return out

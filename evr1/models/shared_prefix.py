@@ -38,7 +38,7 @@ import torch
 from transformers import PreTrainedModel
 
 from evr1.models.adapter import VisionLanguageAdapter
-from evr1.models.batch import ModelBatch, PromptInputs
+from evr1.models.batch import ModelBatch, PromptInputs, to_device
 from evr1.models.runtime import check_temperature, chunked_token_log_probs, hidden_instead_of_logits, token_log_probs
 
 PIXEL_KEYS = ("pixel_values", "pixel_values_videos")
@@ -223,7 +223,8 @@ def pad_responses(
             ids[i, : len(r)] = torch.where(ok, resp, adapter.pad_token_id)
             attention[i, : len(r)] = 1
             mask[i, : len(r)] = ok.long()
-    return ids.to(device), attention.to(device), mask.to(device)
+    # Staged in pinned memory on an accelerator: no host wait for the device's queued work (`to_device`).
+    return tuple(to_device(t, device, non_blocking=True) for t in (ids, attention, mask))
 
 
 def _rope_delta(model: PreTrainedModel, prefix: ModelBatch) -> int:
@@ -324,7 +325,7 @@ def grouped_response_log_probs(
     device = _device_of(model)
     prefix = adapter.collate([prompt])
     # Given features, the prompt's pixels are never made (the tower would not see them).
-    prefix = (prefix.with_visual(visual) if visual is not None else prefix).to(device, dtype)
+    prefix = (prefix.with_visual(visual) if visual is not None else prefix).to(device, dtype, non_blocking=True)
     ids, attention, mask = pad_responses(adapter, responses, device)
     with _cache_kept(model):
         return _grouped(model, prefix, visual, ids, attention, mask, temperature, with_entropy, chunk_tokens)

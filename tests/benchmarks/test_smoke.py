@@ -221,6 +221,17 @@ def check_bench_rollout_scale(out: str) -> None:
     assert separate["sync_buckets"] >= 1 and colocated["sync_buckets"] == 0, rows
 
 
+def check_bench_async(out: str) -> None:
+    rows = _json_lines(out)
+    summary = _one(rows, summary=True)
+    for mode in ("synchronous", "one_step_off", "bounded"):
+        row = _one(rows, mode=mode)
+        assert row["step_s"] > 0 and row["tokens_per_s"] > 0, row
+    assert _one(rows, mode="synchronous")["staleness_max"] == 0.0
+    assert _one(rows, mode="one_step_off")["staleness_max"] == 1.0
+    assert summary["speedup_one_step_off"] > 0 and summary["predicted_speedup"] >= 1.0, summary
+
+
 CHECKS = {f"{name[len('check_'):]}.py": fn for name, fn in globals().items() if name.startswith("check_")}
 
 

@@ -7,6 +7,7 @@ reduce-scatters are collectives that every rank must enter together.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
@@ -30,6 +31,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from evr1 import rl
 from evr1.cluster.processes import peak_rss_mb
 from evr1.models import encode_visual, grouped_response_log_probs, load_adapter, response_log_probs
+from evr1.models.batch import to_device
 from evr1.models.packed import packed_response_log_probs, supports_packing
 from evr1.models.runtime import VisionPassCounter
 from evr1.models.shared_prefix import VisualFeatures
@@ -57,7 +59,10 @@ class PolicyWorker:
 
     def setup(self, master: str) -> None:
         options, device = self.o, self.o["device"]
-        torch.set_num_threads(max(1, (os.cpu_count() or 2) // self.world_size))
+        if options.get("cpus"):  # trainer.cpus: the ranks' own cores (asynchronous rollouts on one machine)
+            os.sched_setaffinity(0, options["cpus"])
+        cores = len(options["cpus"]) if options.get("cpus") else (os.cpu_count() or 2)
+        torch.set_num_threads(max(1, cores // self.world_size))
         if device == "cuda":
             torch.cuda.set_device(0)  # Ray assigns one GPU per actor and sets CUDA_VISIBLE_DEVICES.
         # A bounded timeout: a rank that dies mid-collective fails the others instead of hanging them.
@@ -129,6 +134,10 @@ class PolicyWorker:
         Prompts hold uint8 frames; each micro-batch is moved to the device and prepared there only
         while it is used (`_on_device`), so a step's media never sit on the accelerator all at once.
         """
+        if self._visual:  # features the colocated engine stored for prompts this rank does not train on
+            keep = {row_key(row) for row in shard.rows}
+            for key in [k for k in self._visual if k not in keep]:
+                del self._visual[key]
         out: list[list[tuple]] = []
         for cuts in shard_slices(shard, self.o["micro_batch_size"], mini):
             out.append([self._micro_batch(shard, i, stop) for i, stop in cuts])
@@ -159,15 +168,18 @@ class PolicyWorker:
             self._encode(groups, collective=encode)
             rows = [key for _, responses, key in groups for _ in responses]
             batch = batch.with_visual(VisualFeatures.concat([self._visual[k] for k in rows if k is not None]))
-        moved = batch.to(self.device, dtype=self.dtype) if media or self.reuse_visual else replace(
-            batch, response_mask=batch.response_mask.to(self.device))
-        return (moved, *(v.to(self.device) if v is not None else None for v in values), lengths, groups)
+        # On an accelerator through pinned memory, without a host wait (`to_device`; see `step`).
+        moved = batch.to(self.device, dtype=self.dtype, non_blocking=True) if media or self.reuse_visual else replace(
+            batch, response_mask=to_device(batch.response_mask, self.device, non_blocking=True))
+        return (moved, *(to_device(v, self.device, non_blocking=True) if v is not None else None for v in values),
+                lengths, groups)
 
     def _encode(self, groups: list[tuple], *, collective: bool) -> None:
         """Vision features of the micro-batch's prompts not yet encoded this step, with the frozen tower.
         In a first pass (`collective`) every rank calls this once per micro-batch and FSDP2 gathers the
         root unit (the tower is in it) for the direct calls to the tower, whether or not this rank has
-        media to encode; the update's micro-batches hold the same prompts, already encoded."""
+        media to encode; the update's micro-batches hold the same prompts, already encoded. A prompt
+        its colocated engine generated from is in the store already (`build_engine`): not encoded again."""
         todo = {key: prompt for prompt, _, key in groups if key is not None and key not in self._visual}
         if not collective:
             if todo:
@@ -223,6 +235,7 @@ class PolicyWorker:
         """Log-probs of each response under the current policy ("old") and the reference, before the update."""
         old, ref = [], []
         calls = shard.log_prob_calls
+        copies: list[tuple[torch.Tensor, list[int], list]] = []  # (host copy in flight, lengths, destination)
         with torch.no_grad():
             for k, item in enumerate((self._micro_batches(shard) or [[]])[0]):
                 item = self._on_device(item, media=not calls)
@@ -230,10 +243,14 @@ class PolicyWorker:
                 models = [(self.model, old)] + ([(self.ref, ref)] if self.ref is not None else [])
                 for model, out in models:
                     lp = (self._grouped(model, item, calls[k])[0] if calls else self._log_probs(model, batch)[0])
-                    lp = lp.float().cpu()
-                    # Cut at the response's own length: a masked position (e.g. a vision token the
-                    # policy sampled) keeps its place instead of shifting the rest.
-                    out.extend(lp[row, :n].tolist() for row, n in enumerate(lengths))
+                    # Copied to pinned host memory behind the queued work, read once after the last
+                    # micro-batch: no host sync per micro-batch and model (`_to_host`).
+                    copies.append((_to_host(lp.float()), lengths, out))
+        _wait_for_copies(self.device)
+        for lp, lengths, out in copies:
+            # Cut at the response's own length: a masked position (e.g. a vision token the
+            # policy sampled) keeps its place instead of shifting the rest.
+            out.extend(lp[row, :n].tolist() for row, n in enumerate(lengths))
         return {"old": old, "ref": ref if self.ref is not None else None, "data_wait_s": self.prep.take_wait()}
 
     def step(self, shard: Shard, lr: float) -> dict[str, float]:
@@ -241,8 +258,13 @@ class PolicyWorker:
         self._set_lr(lr)
         minis = self._micro_batches(shard, shard.mini_size)
         agg = self.o["loss_agg_mode"]
-        sums: dict[str, float] = {}
-        count = updates = 0
+        # Each micro-batch's metrics stay 0-d tensors on the device until the step ends, then come to the
+        # host in one copy (`_host_values`): reading one (`.item()`, `float()`) blocks the host until the
+        # device has run everything queued, so a read per metric per micro-batch before `backward` left
+        # the device idle while the host queued each backward and the next forward.
+        micro_metrics: list[dict[str, torch.Tensor]] = []
+        grad_norms: list[float] = []
+        updates = 0
         for _ in range(self.o["ppo_epochs"]):
             calls = iter(shard.update_calls)  # the same micro-batches every epoch
             for k, mini in enumerate(minis):
@@ -255,12 +277,16 @@ class PolicyWorker:
                 self.optimizer.zero_grad(set_to_none=True)
                 for item in mini:
                     call = next(calls, 0)
-                    metrics = self._backward(self._on_device(item, media=not call, encode=False), counts, agg, call)
-                    for key, v in metrics.items():
-                        sums[key] = sums.get(key, 0.0) + v
-                    count += 1
-                sums["actor/grad_norm"] = sums.get("actor/grad_norm", 0.0) + self._clip_and_step()
+                    micro_metrics.append(self._backward(self._on_device(item, media=not call, encode=False),
+                                                        counts, agg, call))
+                grad_norms.append(self._clip_and_step())
                 updates += 1
+        sums: dict[str, float] = {}
+        for metrics in _host_values(micro_metrics):  # summed in float64 on the host, in micro-batch order
+            for key, v in metrics.items():
+                sums[key] = sums.get(key, 0.0) + v
+        sums["actor/grad_norm"] = sum(grad_norms, 0.0) if grad_norms else 0.0
+        count = len(micro_metrics)
         out = {k: v / max(count, 1) for k, v in sums.items()}
         # pg_loss shares add up within a mini-batch and average over mini-batches and epochs.
         # (a sequence-parallel group's ranks hold the same share: count it once per data-parallel index)
@@ -268,6 +294,8 @@ class PolicyWorker:
         out["actor/grad_norm"] = sums.get("actor/grad_norm", 0.0) / max(updates, 1)
         out["actor/lr"] = lr
         out["actor/updates"] = float(updates)
+        if torch.device(self.device).type == "cuda":  # since the rank started: loading, log-probs and updates
+            out["perf/rank_peak_device_mb"] = torch.cuda.max_memory_allocated() / 2**20
         out.update(self._data_metrics())
         return out
 
@@ -281,8 +309,9 @@ class PolicyWorker:
         self.unreadable.clear()
         return out
 
-    def _backward(self, item: tuple, counts: dict, agg: str, calls: int = 0) -> dict[str, float]:
-        """One micro-batch's loss and backward; `calls` > 0: the shared-prefix path with that many grouped calls."""
+    def _backward(self, item: tuple, counts: dict, agg: str, calls: int = 0) -> dict[str, torch.Tensor]:
+        """One micro-batch's loss and backward; `calls` > 0: the shared-prefix path with that many grouped calls.
+        Its metrics are detached 0-d tensors on the device: nothing here waits for the device (see `step`)."""
         batch, adv, old_lp, ref_lp, _, _ = item
         mask = batch.response_mask.float()
         if calls:
@@ -297,14 +326,14 @@ class PolicyWorker:
         pg_loss, pg_metrics = rl.policy_loss(self.o["policy_loss"], log_probs, old_lp, adv, pg_mask,
                                              loss_agg_mode=agg, **pg_counts, **self.o["loss_options"])
         loss = pg_loss
-        metrics = {f"actor/{k}": float(v) for k, v in pg_metrics.items()}
+        metrics = {f"actor/{k}": v.detach() for k, v in pg_metrics.items()}
         if self.o["use_kl_loss"] and ref_lp is not None:
             kl = rl.kl_penalty(log_probs, ref_lp, self.o["kl_penalty"])
             loss = loss + self.o["kl_loss_coef"] * rl.aggregate_loss(kl, mask, agg, **counts)
-            metrics["actor/kl_loss"] = float(rl.masked_mean(kl.detach(), mask))
+            metrics["actor/kl_loss"] = rl.masked_mean(kl.detach(), mask)
         if self.o["entropy_coeff"] != 0.0:
             loss = loss - self.o["entropy_coeff"] * rl.aggregate_loss(entropy.float(), mask, agg, **counts)
-        metrics["actor/entropy"] = float(rl.masked_mean(entropy.detach().float(), mask))
+        metrics["actor/entropy"] = rl.masked_mean(entropy.detach().float(), mask)
         loss = loss + zero
         if not _has_media(batch) and not self.frozen_vision:
             loss = loss + 0.0 * self._visual_dummy()
@@ -313,16 +342,17 @@ class PolicyWorker:
         # sequence parallelism each rank's gradient is its share of its group's: the sum is exact too.)
         (loss * self.world_size).backward()
         # pg_loss is this micro-batch's share of the mini-batch loss: shares add up (see `step`).
-        metrics["actor/pg_loss"] = float(pg_loss.detach())
+        metrics["actor/pg_loss"] = pg_loss.detach()
         return metrics
 
     def _clip_and_step(self) -> float:
         """Clip the global grad norm; skip the optimizer step when it is not finite (as the reference does)."""
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.o["grad_clip"])
         grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
-        if torch.isfinite(grad_norm):
+        value = float(grad_norm)  # the step's one wait for the device: the decision needs the value
+        if math.isfinite(value):
             self.optimizer.step()
-        return float(grad_norm)
+        return value
 
     def sft_step(self, shard: Shard) -> dict[str, float]:
         """One supervised step on given responses (a cold start): token-mean negative log-likelihood."""
@@ -390,6 +420,14 @@ class PolicyWorker:
 
         self.engine = RolloutWorker(self.model_dir, engine, {**options, "threads": 0}, self.spec)
         self.sleep_level = sleep_level
+        # A frozen tower's features are the same in the engine and here: the engine encodes each
+        # prompt it generates from once, into this rank's store (`_visual`), and `_encode` finds them
+        # there. Only where the engine computes in this rank's dtype (HF: fp32 on the CPU, bf16 on a
+        # GPU under bf16 mixed precision) and takes precomputed features (not vLLM).
+        self.shares_visual = (self.reuse_visual and getattr(self.engine.engine, "accepts_visual", False)
+                              and self.engine.weight_dtype == self.dtype)
+        if self.shares_visual:
+            self.engine.share_features(self._visual)
 
     ROLLOUT_CALLS = frozenset({"prefetch", "prepare", "generate_prepared", "release", "data_stats",
                                "first_readable", "engine_params"})
@@ -523,6 +561,28 @@ def _has_media(batch) -> bool:
     """Whether a micro-batch holds any image or video (prepared or still uint8)."""
     return bool(batch.pending_images or batch.pending_videos) or any(
         k in batch.mm for k in ("pixel_values", "pixel_values_videos"))
+
+
+def _to_host(t: torch.Tensor) -> torch.Tensor:
+    """A host copy of device tensor `t`, queued behind the device's work (pinned destination, no
+    host wait); read it only after `_wait_for_copies`. A host tensor is returned as it is."""
+    return t if t.device.type == "cpu" else t.to("cpu", non_blocking=True)
+
+
+def _wait_for_copies(device: str) -> None:
+    """Wait for the `_to_host` copies queued on `device`'s current stream."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.current_stream().synchronize()
+
+
+def _host_values(rows: list[dict[str, torch.Tensor]]) -> list[dict[str, float]]:
+    """0-d metric tensors → Python floats, every one in a single device-to-host copy. float64 holds
+    each fp32/bf16 value exactly: the floats equal `float(tensor)`'s one by one."""
+    flat = [v for row in rows for v in row.values()]
+    if not flat:
+        return [{} for _ in rows]
+    values = iter(torch.stack([v.detach().reshape(()).to(torch.float64) for v in flat]).tolist())
+    return [{key: next(values) for key in row} for row in rows]
 
 
 def _padded(rows: list[list[float]], shape) -> torch.Tensor:

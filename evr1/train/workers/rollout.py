@@ -40,7 +40,10 @@ from evr1.train.workers.prompt_prep import READ_ERRORS, PromptPrep
 class RolloutWorker:
     def __init__(self, model_dir: str, engine: str, options: dict, spec: ReaderSpec | None = None):
         if options.get("threads") != 0:  # 0: in a policy rank's process, which has set its own
-            torch.set_num_threads(max(1, options.get("threads") or os.cpu_count() or 1))
+            if options.get("cpus"):  # rollout.cpus: cores of its own (asynchronous rollouts on one machine)
+                os.sched_setaffinity(0, options["cpus"])
+            cores = len(options["cpus"]) if options.get("cpus") else os.cpu_count() or 1
+            torch.set_num_threads(max(1, options.get("threads") or cores))
         self.adapter = load_adapter(model_dir)
         # `device` None: the GPU Ray gave this actor if any, else the CPU. dtype "auto" (or none given):
         # bf16 on a GPU, fp32 on the CPU (`resolve_dtype`).
@@ -128,7 +131,7 @@ class RolloutWorker:
             if key not in self.features and key not in fresh and media_counts(prompt):
                 (fresh[key],) = self.engine.encode_visual([prompt])
                 self.features[key] = fresh[key].to("cpu")
-        return [fresh.get(k) or self.features.get(k) for k in keys]
+        return [fresh[k] if k in fresh else self.features.get(k) for k in keys]
 
     def data_stats(self) -> dict[str, float]:
         """Since the last call: seconds spent waiting for frames, cache hits and misses; and this
