@@ -29,8 +29,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MODES = {"synchronous": [], "one_step_off": ["trainer.mode=one_step_off"],
-         "bounded": ["trainer.mode=bounded", "trainer.max_staleness=2"]}
+MODES = {"synchronous": [], "one_step_off": ["trainer.mode=one_step_off", "rollout.correction.enabled=true"],
+         "bounded": ["trainer.mode=bounded", "trainer.max_staleness=2", "rollout.correction.enabled=true"]}
 
 
 def _mean(history: list[dict], key: str, skip: int) -> float:

@@ -68,4 +68,6 @@ def gap_metrics(old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, ma
         "rollout/logprob_gap_mean": float(masked_mean(diff.abs(), mask)),
         "rollout/logprob_gap_max": float(diff.abs()[valid].max()) if valid.any() else 0.0,
         "rollout/kl_rollout_old": float(masked_mean(diff, mask)),
+        # k3 = e^r − 1 − r with r = log π_old − log π_rollout: the same KL, never negative, lower variance
+        "rollout/kl_k3_rollout_old": float(masked_mean(torch.expm1(-diff) + diff, mask)),
     }

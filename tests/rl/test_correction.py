@@ -65,6 +65,9 @@ def test_the_gap_is_measured_on_valid_tokens_only():
     assert m["rollout/logprob_gap_max"] == pytest.approx(0.3)
     assert m["rollout/logprob_gap_mean"] == pytest.approx(0.6 / 5)
     assert m["rollout/kl_rollout_old"] == pytest.approx(0.2 / 5)
+    # k3 per token: e^r − 1 − r with r = old − rollout, over the valid tokens only
+    k3 = sum(math.expm1(-d) + d for d in (0.1, -0.2, 0.0, 0.3, 0.0)) / 5
+    assert m["rollout/kl_k3_rollout_old"] == pytest.approx(k3) and k3 > 0
 
 
 @pytest.mark.parametrize("bad", [dict(level="batch"), dict(mode="clip"), dict(threshold=1.0)])
