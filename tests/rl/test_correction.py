@@ -21,7 +21,7 @@ def test_weights_are_one_and_the_loss_unchanged_when_the_engines_agree():
     weighted, _ = rl.policy_loss("ppo", lp, old, adv * w, MASK)
     assert torch.equal(plain, weighted)
     assert rl.gap_metrics(old, old, MASK) == {"rollout/logprob_gap_mean": 0.0, "rollout/logprob_gap_max": 0.0,
-                                              "rollout/kl_rollout_old": 0.0}
+                                              "rollout/kl_rollout_old": 0.0, "rollout/kl_k3_rollout_old": 0.0}
 
 
 def test_token_truncation_and_rejection():
