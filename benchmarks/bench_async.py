@@ -15,6 +15,11 @@ G and T balance (`suggested_rollout_share` = G / (G + T) of the devices, at equa
 
 Run:  PYTHONPATH=. .venv/bin/python benchmarks/bench_async.py [--steps 8] [--max-new-tokens 48]
 
+`--part learning`: does learning survive the staleness? The learning test's task (tests/train/
+test_learning.py: a reward for the share of the letter "e", 2 ranks, 20 steps) synchronous against
+one-step-off (corrected) over `--seeds` run seeds: the mean reward of the last 5 steps per run, and
+each mode's mean and spread. Prints one JSON line per run and a summary line.
+
 `--smoke`: 3 steps, 2 prompts, n 2, 4 new tokens: CI runs it (tests/benchmarks) so the script cannot
 rot; its figures mean nothing.
 """
@@ -38,6 +43,42 @@ def _mean(history: list[dict], key: str, skip: int) -> float:
     return float(statistics.mean(values)) if values else 0.0
 
 
+def learning(args) -> None:
+    import numpy as np
+    import ray
+
+    from evr1.config import load_config
+    from tests.train.conftest import letter_density_data, letter_density_overrides, train_through_stages
+
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-async-learning-"))
+    data = letter_density_data(workdir)
+    finals: dict[str, list[float]] = {"synchronous": [], "one_step_off": []}
+    steps = 4 if args.smoke else 20
+    for seed in range(args.seeds):
+        for mode in finals:
+            extra = ["rollout.placement=separate"] + (
+                ["trainer.mode=one_step_off", "rollout.correction.enabled=true"] if mode != "synchronous" else [])
+            name = f"{mode}-{seed}"
+            cfg = load_config(ROOT / "conf/tiny.yaml", [
+                f"run.root={workdir}", f"run.name={name}", "tracking.enabled=false", "cache.workers=0",
+                *letter_density_overrides(data), "reward.accuracy_weight=1.0", "reward.format_weight=0.0",
+                "model.tiny.family=qwen2_5_vl", f"trainer.steps={steps}", "trainer.warmup_sft_steps=0",
+                "trainer.prompts_per_step=4", "rollout.n=4", "trainer.world_size=2", "trainer.micro_batch_size=8",
+                "rollout.max_new_tokens=12", "trainer.lr=0.01", "algorithm.use_kl_loss=false", "trainer.save_every=0",
+                f"run.seed={seed}", *extra])
+            result = train_through_stages(cfg, workdir / name / "ckpt")
+            if ray.is_initialized():
+                ray.shutdown()
+            rewards = [h["reward/overall"] for h in result.history]
+            finals[mode].append(float(np.mean(rewards[-5:])))
+            print(json.dumps({"mode": mode, "seed": seed, "first5": float(np.mean(rewards[:5])),
+                              "last5": finals[mode][-1]}), flush=True)
+    print(json.dumps({"summary": True, "smoke": args.smoke, "seeds": args.seeds,
+                      **{f"{m}_last5_mean": float(np.mean(v)) for m, v in finals.items()},
+                      **{f"{m}_last5_std": float(np.std(v, ddof=1)) if len(v) > 1 else 0.0 for m, v in finals.items()}}),
+          flush=True)
+
+
 def main() -> None:
     import ray
 
@@ -54,7 +95,11 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--part", choices=("speed", "learning"), default="speed")
+    ap.add_argument("--seeds", type=int, default=3)
     args = ap.parse_args()
+    if args.part == "learning":
+        return learning(args)
     if args.smoke:
         args.steps, args.warmup, args.prompts, args.n, args.max_new_tokens = 3, 1, 2, 2, 4
     cores = sorted(os.sched_getaffinity(0))
