@@ -239,15 +239,23 @@ class Recorder:
 
     def __call__(self, name: str, stage_task, *args):
         t0 = datetime.now(timezone.utc)
-        state = stage_task(*args, return_state=True)
-        rebuilt = False
-        if state.name == "Cached" and (missing := _missing_outputs(state.result())):
-            # The cache remembers a result whose files were deleted since: serving it would fail the
-            # next stage (and every retry) the same way. Run the stage again and replace the entry.
-            get_run_logger().warning(f"{name}: the cached result's output {missing[0]} is gone"
-                                     f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}: running it again")
-            state = stage_task.with_options(refresh_cache=True)(*args, return_state=True)
-            rebuilt = True
+        # A status line while the stage runs without a bar of its own (ingest, the model, Ray's and the
+        # actors' start), and a span of `evr1 run --timings`.
+        with progress.phase(name) as span:
+            state = stage_task(*args, return_state=True)
+            rebuilt = False
+            if state.name == "Cached" and (missing := _missing_outputs(state.result())):
+                # The cache remembers a result whose files were deleted since: serving it would fail the
+                # next stage (and every retry) the same way. Run the stage again and replace the entry.
+                get_run_logger().warning(f"{name}: the cached result's output {missing[0]} is gone"
+                                         f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}: "
+                                         "running it again")
+                state = stage_task.with_options(refresh_cache=True)(*args, return_state=True)
+                rebuilt = True
+            if state.name == "Cached":
+                span.name = f"{name} (from the cache)"
+            elif not state.is_completed():
+                span.detail["failed"] = True
         seconds = (datetime.now(timezone.utc) - t0).total_seconds()
         if state.name == "Cached":
             status = "cached"

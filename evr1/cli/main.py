@@ -6,25 +6,32 @@ and exit code 1 (2 for a config error); `evr1 --debug ...` (or EVR1_DEBUG=1) sho
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import shlex
 import shutil
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from typer.core import TyperCommand, TyperGroup
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# Prefect's client-side telemetry (and its first-run notice on a terminal): off like the server's above.
+os.environ.setdefault("DO_NOT_TRACK", "1")
 # Progress bars of internal model saves and loads (tiny model, checkpoints, actors): nothing to act on.
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
+_IMPORTED_AT = time.time()
 _DEBUG = {"on": os.environ.get("EVR1_DEBUG", "") not in ("", "0")}
 _ARGV: list[str] = []  # the command line this process was given (after the program name)
 
@@ -48,7 +55,60 @@ def _terminated(signum: int, frame) -> None:
     raise SystemExit(128 + signum)
 
 
-class _App(typer.Typer):
+def _no_type(ctx) -> None:
+    return None
+
+
+def _plain(params: list) -> list:
+    """No type label (`<bool>`, `<list[str]>`) beside a flag or the overrides: a flag takes no value,
+    and the overrides' metavar says what they are."""
+    for p in params:
+        if getattr(p, "is_flag", False) or getattr(p, "name", None) == "overrides":
+            p.display_type_rich = _no_type
+    return params
+
+
+def _reflow(text: str | None) -> str | None:
+    """A docstring's paragraphs each on one line: rich help keeps every line break it is given, so
+    source-wrapped lines would come out ragged; the terminal wraps them instead."""
+    if not text:
+        return text
+    import inspect
+
+    return "\n\n".join(" ".join(line.strip() for line in para.splitlines())
+                        for para in inspect.cleandoc(text).split("\n\n"))
+
+
+class _Command(TyperCommand):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.help = _reflow(self.help)
+
+    def get_params(self, ctx):
+        return _plain(super().get_params(ctx))
+
+
+class _Group(TyperGroup):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.help = _reflow(self.help)
+
+    def get_params(self, ctx):
+        return _plain(super().get_params(ctx))
+
+
+class _Typer(typer.Typer):
+    """Commands of `_Command` (flags shown without a value type), help in rich markup."""
+
+    def __init__(self, **kwargs):
+        super().__init__(cls=_Group, rich_markup_mode="rich", **kwargs)
+
+    def command(self, *args, **kwargs):
+        kwargs.setdefault("cls", _Command)
+        return super().command(*args, **kwargs)
+
+
+class _App(_Typer):
     """A Typer app whose uncaught errors print one line (the traceback only with --debug)."""
 
     def __call__(self, *args, **kwargs):
@@ -72,7 +132,41 @@ class _App(typer.Typer):
                 signal.signal(signal.SIGTERM, previous)
 
 
-app = _App(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_show_locals=False)
+HELP = """The `evr1` command: the whole train-and-eval DAG (`run`) or any one stage on its own.
+
+[bold]Overrides[/bold]: every command that reads a config takes [cyan]KEY=VALUE[/cyan] after it. KEY
+is section.key (section.sub.key for nested ones); VALUE is read as YAML: [cyan]trainer.steps=20[/cyan],
+[cyan]model.path=/models/Qwen3-VL-8B-Instruct[/cyan], [cyan]'data.train_files=\\[a.jsonl, b.jsonl]'[/cyan],
+[cyan]trainer.mini_batch_size=null[/cyan], [cyan]'rollout.vllm={enforce_eager: true}'[/cyan] (a mapping
+replaces the whole section, unnamed keys take their defaults; to change one key name it:
+[cyan]rollout.vllm.enforce_eager=true[/cyan]). Quote values with spaces, brackets or braces.
+`evr1 config CONFIG KEY=VALUE...` prints what they resolve to.
+
+An error ends the command with one line on stderr naming what is wrong (file, record, field or key)
+and exit code 1 (2 for a config error); `evr1 --debug ...` (or EVR1_DEBUG=1) shows the traceback."""
+
+
+def examples(*lines: str) -> str:
+    """A help epilog: `Examples`, one command per line; a line `# ...` is a comment on the next command."""
+    out = ["[bold]Examples[/bold]"]
+    for line in lines:
+        out.append(f"  [dim]{line}[/dim]" if line.startswith("#") else f"  $ {line}")
+    return "\n".join(out)
+
+
+app = _App(add_completion=False, no_args_is_help=True, help=HELP, pretty_exceptions_show_locals=False,
+           epilog=examples(
+               "# the tiny demo: train and evaluate a tiny model on synthetic videos, on the CPU",
+               "evr1 run",
+               "evr1 run conf/tiny.yaml trainer.steps=8 run.name=longer",
+               "# the config as resolved, every default included",
+               "evr1 config conf/qwen3vl_8b.yaml trainer.world_size=16",
+               "# does it fit the GPUs? (and if not, what would)",
+               "evr1 plan conf/long_video.yaml --gpu-memory-gib 80",
+               "evr1 eval conf/tiny.yaml models:/evr1-policy@candidate",
+               "# the Prefect and MLflow UIs",
+               "evr1 services up",
+               "evr1 COMMAND --help"))
 console = Console()
 
 
@@ -84,7 +178,10 @@ def _main(debug: Annotated[bool, typer.Option("--debug", help="show the full tra
 
 
 FORCEABLE = ("ingest", "model", "cache", "train", "merge", "eval")  # the stage tasks' names
-Overrides = Annotated[Optional[list[str]], typer.Argument(help="overrides: section.key=value")]
+Overrides = Annotated[Optional[list[str]], typer.Argument(
+    metavar="KEY=VALUE", show_default=False,
+    help="config overrides, e.g. trainer.steps=8 'rollout.vllm={enforce_eager: true}' (`evr1 --help`: the syntax)")]
+ConfigArg = Annotated[Path, typer.Argument(metavar="CONFIG", help="the YAML config (conf/*.yaml)", show_default=False)]
 
 
 # What each command reads outside its config, checked before it starts work (`evr1.config.preflight`).
@@ -116,24 +213,45 @@ def _config(path: Path, overrides: list[str] | None, uses: tuple[str, ...] | Non
     return cfg
 
 
-def _refuse(path: Path, problems: list[str]) -> None:
+def _refuse(path: Path, problems: list[str], hint: str | None = None) -> None:
     if problems and _DEBUG["on"]:
         from evr1.config import ConfigError
 
         raise ConfigError("\n".join(f"{path}: {line}" for line in problems))
     for line in problems:
         print(f"evr1: config error: {path}: {line}", file=sys.stderr)
+    if problems and hint:
+        print(f"evr1: hint: {hint}", file=sys.stderr)
     if problems:
         raise typer.Exit(2)
 
 
-@app.command()
-def run(config: Path = typer.Argument(Path("conf/tiny.yaml")), overrides: Overrides = None,
+@app.command(epilog=examples(
+    "# conf/tiny.yaml: a tiny model on synthetic videos, CPU",
+    "evr1 run",
+    "# more steps: training resumes from its checkpoint",
+    "evr1 run conf/tiny.yaml trainer.steps=8",
+    "evr1 run conf/qwen3vl_8b.yaml 'data.train_files=\\[/data/train.jsonl]' orchestration.ray_address=auto",
+    "# evaluate again instead of serving it from the cache",
+    "evr1 run conf/tiny.yaml --force eval",
+    "# where the time to the first step went",
+    "evr1 run conf/tiny.yaml --timings"))
+def run(config: Annotated[Path, typer.Argument(metavar="CONFIG", help="the YAML config (conf/*.yaml)")] = Path("conf/tiny.yaml"),
+        overrides: Overrides = None,
         force: Annotated[Optional[list[str]], typer.Option(
             "--force", metavar="STAGE",
             help="run STAGE again instead of serving it from the cache (repeat for several; `all`: every "
-                 "stage); stages: " + ", ".join(FORCEABLE))] = None) -> None:
-    """Run the whole train-and-eval DAG as a Prefect flow."""
+                 "stage); stages: " + ", ".join(FORCEABLE))] = None,
+        timings: Annotated[bool, typer.Option(
+            "--timings", help="at the end, the time to the first training step phase by phase (start-up, "
+                              "Prefect, each stage, Ray, the actors, the first step's parts); every run writes "
+                              "them to <run folder>/timings.json")] = False) -> None:
+    """Run the whole train-and-eval DAG as a Prefect flow.
+
+    Ingest, frame cache, GRPO training, merge, evaluation. A finished stage is served from the cache on
+    a rerun, a training resumes from its latest checkpoint; Ctrl-C stops it within seconds and prints
+    the command that resumes. The terminal shows a bar per long stage and a status line for each
+    stretch without one; Prefect's own log lines go to <run folder>/logs/prefect.log (and the Prefect UI)."""
     from evr1.cli import interrupt
 
     cfg = _config(config, overrides, RUN_ONLY if interrupt.in_child() else USES["run"])  # the parent checked
@@ -143,22 +261,38 @@ def run(config: Path = typer.Argument(Path("conf/tiny.yaml")), overrides: Overri
               file=sys.stderr)
         raise typer.Exit(2)
     if not interrupt.in_child():  # the flow runs in a child of its own session (Ctrl-C: cli/interrupt.py)
+        os.environ[STARTED_ENV] = str(_process_started())
+        os.environ[SPAWNED_ENV] = str(time.time())
         code = interrupt.supervise(_ARGV, cfg.run_dir())
         if code == 130 and cfg.tracking.enabled:
             _close_killed_runs(cfg)
         raise typer.Exit(code)
     interrupt.quiet_on_interrupt(cfg.run_dir() / "interrupt.log")
+    from evr1.tracking import progress
+
+    _startup_spans(progress)
+    root = cfg.run_dir()
+    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")  # read when Prefect is imported
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
     from flows.train_and_eval import train_and_eval
 
-    from evr1.tracking import progress
+    quiet_prefect(root / "logs" / "prefect.log")
 
-    with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}), \
-            progress.sinks(progress.StatusFile(os.environ[interrupt.STATUS_ENV])):
-        results = train_and_eval(str(config), list(overrides or []),
-                                 force=True if "all" in (force or []) else list(force or []))
-    root = cfg.run_dir()
+    served = bool(os.environ.get("PREFECT_API_URL"))
+    progress.lead_in("Prefect: " + ("connecting to the server, creating the flow run" if served else
+                                    "starting its temporary API server, creating the flow run"))
+    try:
+        with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}), \
+                progress.sinks(progress.StatusFile(os.environ[interrupt.STATUS_ENV])):
+            results = train_and_eval(str(config), list(overrides or []),
+                                     force=True if "all" in (force or []) else list(force or []))
+    finally:
+        progress.end_lead_in()
+        from evr1.tracking import timings as timing
+
+        with contextlib.suppress(OSError):
+            timing.write(progress.TIMELINE, root / "timings.json")
     console.rule("[bold green]evr1: done")
     for key, r in results.items():
         if key != "eval":  # "eval" is the first benchmark's result again (eval-<name> follows)
@@ -174,6 +308,62 @@ def run(config: Path = typer.Argument(Path("conf/tiny.yaml")), overrides: Overri
     console.print(f"MLflow UI:    {_tool('mlflow')} ui --backend-store-uri {uri}   (then http://127.0.0.1:5000)")
     console.print(f"Prefect UI:   {_tool('prefect')} server start   (then http://127.0.0.1:4200; start it before "
                   "`evr1 run` to see the flow runs there)")
+    console.print(f"logs:         {root / 'logs' / 'prefect.log'} (Prefect's), timings: {root / 'timings.json'}")
+    if timings:
+        console.print("\n".join(timing.report(progress.TIMELINE)), highlight=False, soft_wrap=True)
+
+
+STARTED_ENV, SPAWNED_ENV = "EVR1_STARTED_AT", "EVR1_SPAWNED_AT"  # when `evr1 run` started, when its child did
+
+
+def _process_started() -> float:
+    """When this process started (epoch seconds): the time a user pressed Enter, near enough."""
+    try:
+        import psutil
+
+        return psutil.Process().create_time()
+    except Exception:  # noqa: BLE001 - a missing psutil only makes the first span shorter
+        return _IMPORTED_AT
+
+
+def _startup_spans(progress) -> None:
+    """In `evr1 run`'s child: the parent's start-up and this process's, as the timeline's first spans."""
+    started, spawned = (float(os.environ.get(k, 0) or 0) for k in (STARTED_ENV, SPAWNED_ENV))
+    if started and spawned:
+        progress.add_span("evr1 start-up (imports, config and preflight checks)", started, spawned)
+    if spawned:
+        progress.add_span("flow process start-up (imports, config)", spawned, time.time())
+
+
+def _no_stage_failure(record: logging.LogRecord) -> bool:
+    """Off the terminal (not the log file, not the Prefect UI): a failed stage's and flow's error
+    records with their tracebacks, which `evr1` says in one line at the end (`--debug`: all of it)."""
+    failed_run = record.levelno >= logging.ERROR and record.name in ("prefect.task_runs", "prefect.flow_runs")
+    return not failed_run
+
+
+def quiet_prefect(log: Path) -> logging.Handler:
+    """Prefect's INFO lines (temporary server, task and flow states) off the terminal and into `log`:
+    its console handlers keep warnings and errors only (the level PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL
+    names, WARNING unless a user set it), the file gets everything from INFO up, the Prefect UI still
+    gets them all (its API handler is left alone). Called once Prefect is imported (its logging set up)."""
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    level = logging.getLevelName(os.environ.get("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING").upper())
+    for name in (None, "prefect", "uvicorn", "prefect.server"):
+        for h in logging.getLogger(name).handlers:
+            if isinstance(h, PrefectConsoleHandler):
+                if isinstance(level, int):
+                    h.setLevel(max(h.level, level))
+                if not _DEBUG["on"]:
+                    h.addFilter(_no_stage_failure)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(log, encoding="utf-8")
+    handler.setLevel(logging.INFO)
+    handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)-7s | %(name)s - %(message)s"))
+    for name in ("prefect", "uvicorn"):  # uvicorn: the temporary server's own lines (propagate: false)
+        logging.getLogger(name).addHandler(handler)
+    return handler
 
 
 def _tool(name: str) -> str:
@@ -194,8 +384,10 @@ def _close_killed_runs(cfg) -> None:
             artifact_root=root / "mlartifacts").close_dead_runs(root)
 
 
-@app.command("config")
-def show_config(config: Path = typer.Argument(Path("conf/tiny.yaml")), overrides: Overrides = None) -> None:
+@app.command("config", epilog=examples("evr1 config conf/tiny.yaml trainer.steps=3",
+                                       "evr1 config conf/long_video.yaml 'rollout.vllm={enforce_eager: true}'"))
+def show_config(config: Annotated[Path, typer.Argument(metavar="CONFIG", help="the YAML config (conf/*.yaml)")]
+                = Path("conf/tiny.yaml"), overrides: Overrides = None) -> None:
     """Print the resolved config (file + overrides + every default) as YAML, after validation."""
     import yaml
 
@@ -203,8 +395,12 @@ def show_config(config: Path = typer.Argument(Path("conf/tiny.yaml")), overrides
     print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), end="")
 
 
-@app.command()
-def plan(config: Path, overrides: Overrides = None,
+@app.command(epilog=examples(
+    "evr1 plan conf/long_video.yaml --gpu-memory-gib 80",
+    "# does not fit: the smallest change that does",
+    "evr1 plan conf/long_video.yaml --gpu-memory-gib 24",
+    "evr1 plan conf/qwen3vl_8b.yaml --world-size 16 --separate cache.max_frames=256"))
+def plan(config: ConfigArg, overrides: Overrides = None,
          gpu_memory_gib: Annotated[float, typer.Option(help="memory of one GPU, GiB")] = 80.0,
          world_size: Annotated[Optional[int], typer.Option(help="default: trainer.world_size")] = None,
          video_size: Annotated[str, typer.Option(help="source frame HEIGHTxWIDTH before the pixel budget")] = "720x1280",
@@ -213,7 +409,11 @@ def plan(config: Path, overrides: Overrides = None,
                                                            "each rank's GPU (adds rollout.vllm's memory share) or has "
                                                            "a GPU of its own; default: rollout.placement")] = None) -> None:
     """Memory per GPU for the config's model, frames and pixel budget, with and without sequence
-    parallelism, and the Ray placement of the ranks and the rollout worker (GPUs, bundles)."""
+    parallelism, and the Ray placement of the ranks and the rollout worker (GPUs, bundles).
+
+    When the config's own setup does not fit, the smallest change that does: a higher sequence-parallel
+    degree, more GPUs, or fewer frames. No GPU, Ray or model weights needed (a known checkpoint's
+    shapes are built in)."""
     from evr1.train.plan import plan_for_config
 
     cfg = _config(config, overrides, USES["plan"])
@@ -250,16 +450,18 @@ def _plan_advice(config: Path, overrides: list[str], *, gpu_gib: float, video_si
         print("\n" + "\n".join(lines))
 
 
-@app.command()
-def ingest(config: Path, overrides: Overrides = None) -> None:
-    """Validate the configured dataset into Lance samples + rejects."""
+@app.command(epilog=examples("evr1 ingest conf/tiny.yaml",
+                             "evr1 ingest conf/qwen3vl_8b.yaml 'data.train_files=\\[/data/a.jsonl, /data/b.jsonl]'"))
+def ingest(config: ConfigArg, overrides: Overrides = None) -> None:
+    """Validate the configured dataset into Lance samples + rejects (each rejected record with its reason)."""
     from evr1.pipeline import stage_ingest
 
     console.print(stage_ingest(_config(config, overrides, USES["ingest"])).summary())
 
 
-@app.command()
-def cache(config: Path, overrides: Overrides = None,
+@app.command(epilog=examples("evr1 cache conf/tiny.yaml", "evr1 cache conf/tiny.yaml cache.max_frames=16",
+                             "evr1 cache conf/nightly.yaml --benchmarks"))
+def cache(config: ConfigArg, overrides: Overrides = None,
           benchmarks: Annotated[bool, typer.Option("--benchmarks", help="cache the videos of eval.benchmarks "
                                                    "(into eval.frames_uri) instead of the training data")] = False,
           model_dir: Annotated[Optional[Path], typer.Option(help="the model whose family's rules apply "
@@ -277,8 +479,9 @@ def cache(config: Path, overrides: Overrides = None,
     console.print(pipeline.stage_cache(cfg, samples, pipeline.stage_model(cfg)).summary())
 
 
-@app.command()
-def train(config: Path, overrides: Overrides = None) -> None:
+@app.command(epilog=examples("evr1 train conf/tiny.yaml trainer.steps=4", "# then",
+                             "evr1 merge runs/tiny/checkpoints/FINGERPRINT/step_000004 runs/tiny/merged/mine"))
+def train(config: ConfigArg, overrides: Overrides = None) -> None:
     """Ingest, cache and train (resuming from the run folder's latest checkpoint)."""
     from evr1 import pipeline
 
@@ -288,9 +491,16 @@ def train(config: Path, overrides: Overrides = None) -> None:
     console.print(pipeline.stage_train(cfg, samples, frames, base).summary())
 
 
-@app.command()
-def merge(checkpoint: Path, out: Path, base_model: Annotated[Optional[Path], typer.Option()] = None) -> None:
-    """Merge a sharded checkpoint into a Hugging Face model directory."""
+@app.command(epilog=examples("evr1 merge runs/tiny/checkpoints/FINGERPRINT/step_000004 runs/tiny/merged/mine",
+                             "# then", "evr1 eval conf/tiny.yaml runs/tiny/merged/mine"))
+def merge(checkpoint: Annotated[Path, typer.Argument(metavar="CHECKPOINT", show_default=False,
+                                                     help="a checkpoint folder: <run folder>/checkpoints/<fingerprint>/step_000004")],
+          out: Annotated[Path, typer.Argument(metavar="OUT", show_default=False,
+                                              help="where the Hugging Face model directory goes")],
+          base_model: Annotated[Optional[Path], typer.Option(
+              help="the model training started from (its processor and config); default: the one the "
+                   "checkpoint names")] = None) -> None:
+    """Merge a sharded checkpoint into a Hugging Face model directory (safetensors, config, processor)."""
     from evr1.train.merge import merge_checkpoint
 
     res = merge_checkpoint(checkpoint, out, base_model=base_model)
@@ -298,11 +508,31 @@ def merge(checkpoint: Path, out: Path, base_model: Annotated[Optional[Path], typ
                   f"max logit diff {res.max_logit_diff})")
 
 
-@app.command("eval")
-def eval_(config: Path, model_dir: Path, overrides: Overrides = None,
-          benchmark: Annotated[list[str] | None, typer.Option(help="registry name; repeat for several "
-                                                                    "(default: eval.benchmarks)")] = None) -> None:
-    """Evaluate a model directory on benchmarks (resumable: a rerun scores only what is missing)."""
+@app.command("eval", epilog=examples(
+    "# the newest registered version",
+    "evr1 eval conf/tiny.yaml models:/evr1-policy@candidate",
+    "# version 3",
+    "evr1 eval conf/tiny.yaml models:/evr1-policy/3",
+    "# a merged model directory",
+    "evr1 eval conf/tiny.yaml runs/tiny/merged/FOLDER",
+    "evr1 eval conf/nightly.yaml /models/Qwen3-VL-8B-Instruct --benchmark mvbench --benchmark videomme",
+    "# the benchmark names",
+    "evr1 benchmarks"))
+def eval_(config: ConfigArg,
+          model: Annotated[str, typer.Argument(
+              metavar="MODEL", show_default=False,
+              help="a Hugging Face model directory (`evr1 run` merges its trained model into <run folder>/merged/), "
+                   "or a registered version in the config's MLflow registry: models:/<name>@<alias>, "
+                   "models:/<name>/<version>, models:/<name> (its `candidate`)")],
+          overrides: Overrides = None,
+          benchmark: Annotated[list[str] | None, typer.Option(metavar="NAME", help="registry name (`evr1 benchmarks` lists them); "
+                                                                    "repeat for several (default: eval.benchmarks)")] = None) -> None:
+    """Evaluate a model directory or a registered version (models:/...) on benchmarks.
+
+    Each benchmark's items are answered by MODEL through one engine, scored
+    with the benchmark's official metric, a table per benchmark and one for the suite (files under
+    <run folder>/eval/, metrics in MLflow; a registered version is tagged with its scores). Resumable:
+    a rerun scores only the items that have no result yet. `heldout` is the config's own held-out split."""
     from evr1 import pipeline
     from evr1.eval.reference import guess_model
     from evr1.eval.report import suite_table
@@ -310,24 +540,58 @@ def eval_(config: Path, model_dir: Path, overrides: Overrides = None,
     from evr1.pipeline.results import StageResult
 
     from evr1.config import preflight
-    from evr1.config.preflight import model_folder_problem
 
     cfg = _config(config, overrides, USES["eval"])
     names = benchmark or cfg.eval.benchmarks
     needs_data = "heldout" in names
-    _refuse(config, [p for p in [model_folder_problem("MODEL_DIR", str(model_dir))] if p]
-            + (preflight(cfg, ("data",)) if needs_data else []))
+    resolved = _eval_model(cfg, config, model)  # before any data is made: a missing model says so at once
+    _refuse(config, preflight(cfg, ("data",)) if needs_data else [])
     samples = pipeline.stage_ingest(cfg) if needs_data else StageResult(stage="ingest", uri="")
-    model = StageResult(stage="model", uri=str(model_dir))
-    frames = pipeline.stage_cache(cfg, samples, model) if needs_data else StageResult(stage="cache", uri="")
+    frames = pipeline.stage_cache(cfg, samples, resolved) if needs_data else StageResult(stage="cache", uri="")
     summaries = []
-    for res in pipeline.stage_eval_suite(cfg, model, samples, frames, list(names)):  # one engine for all
+    for res in pipeline.stage_eval_suite(cfg, resolved, samples, frames, list(names)):  # one engine for all
         console.print(Path(res.extra["table"]).read_text())
         summaries.append(EvalSummary(**json.loads(Path(res.extra["summary"]).read_text())))
-    console.print(suite_table(summaries, reference_model=cfg.eval.reference_model or guess_model(str(model_dir))))
+    console.print(suite_table(summaries, reference_model=cfg.eval.reference_model or guess_model(resolved.uri)))
 
 
-@app.command()
+def _eval_model(cfg, config: Path, model: str):
+    """MODEL of `evr1 eval` as the stage result the evaluation takes: a registered version resolved in
+    the config's tracking store, or a model directory checked; a problem exits 2 with what to do."""
+    from evr1.pipeline.keys import short_hash
+    from evr1.pipeline.results import StageResult
+    from evr1.tracking import MODEL_URI_PREFIX, default_tracking_uri, resolve_model_uri
+
+    from evr1.config.preflight import model_folder_problem
+
+    if model.startswith(MODEL_URI_PREFIX):
+        uri = cfg.tracking.uri or default_tracking_uri(cfg.run_dir())
+        try:
+            name, version, folder, sha = resolve_model_uri(uri, model)
+        except (LookupError, ValueError) as e:
+            _refuse(config, [f"MODEL={error_line(e)}"], hint=_train_first(cfg))
+        problem = model_folder_problem(f"MODEL={model} →", str(folder))
+        _refuse(config, [problem] if problem else [])
+        # The weights' hash names the results folder, as the flow's evaluation of the merged model does.
+        return StageResult(stage="model", uri=str(folder), version=int(version), extra={"name": name},
+                           content_hash=sha or short_hash(uri, name, version))
+    problem = model_folder_problem("MODEL", model)
+    _refuse(config, [problem] if problem else [], hint=_train_first(cfg))
+    return StageResult(stage="model", uri=model)
+
+
+def _train_first(cfg) -> str:
+    """Where models to evaluate come from, and those this config's run folder already has."""
+    merged = cfg.run_dir() / "merged"
+    found = sorted((p for p in merged.glob("*") if (p / "config.json").is_file()), key=lambda p: p.stat().st_mtime)
+    have = (f"merged models in {merged}: {', '.join(p.name for p in found[-3:])}" if found
+            else f"no merged model in {merged} yet: train first (`evr1 run CONFIG`, or `evr1 train` then `evr1 merge`)")
+    name = cfg.tracking.register_model
+    registered = f"; a registered version: models:/{name}@candidate" if name else ""
+    return f"MODEL is a Hugging Face model directory{registered}. {have[0].upper()}{have[1:]}."
+
+
+@app.command(epilog=examples("evr1 benchmarks", "evr1 benchmarks --markdown > catalogue.md"))
 def benchmarks(markdown: Annotated[bool, typer.Option(help="the catalogue with deviations, as in docs/eval.md")] = False) -> None:
     """List the registered benchmarks: name, title, items in the shared file, official headline metric."""
     from evr1.eval.catalogue import definitions, headline_metric, markdown as catalogue
@@ -341,9 +605,13 @@ def benchmarks(markdown: Annotated[bool, typer.Option(help="the catalogue with d
                       soft_wrap=True)
 
 
-@app.command()
-def synth(out: Path, n: Annotated[int, typer.Option(help="number of samples")] = 48,
-          heldout: Annotated[int, typer.Option()] = 16, seed: Annotated[int, typer.Option()] = 0) -> None:
+@app.command(epilog=examples("evr1 synth data/synth --n 64 --heldout 16",
+                             "evr1 run conf/tiny.yaml 'data.train_files=\\[data/synth/train.jsonl]' "
+                             "'data.eval_files=\\[data/synth/heldout.jsonl]' data.data_root=data/synth"))
+def synth(out: Annotated[Path, typer.Argument(metavar="OUT", show_default=False, help="the folder to write")],
+          n: Annotated[int, typer.Option(help="number of samples (train + held-out)")] = 48,
+          heldout: Annotated[int, typer.Option(help="how many of them go to the held-out split")] = 16,
+          seed: Annotated[int, typer.Option(help="random seed (videos, questions, answers)")] = 0) -> None:
     """Write a synthetic video QA dataset (MP4s + JSONL train/held-out splits)."""
     from evr1.data.synth import make_synthetic
 
@@ -351,8 +619,11 @@ def synth(out: Path, n: Annotated[int, typer.Option(help="number of samples")] =
     console.print(rep.model_dump_json(indent=2))
 
 
-@app.command("make-tiny")
-def make_tiny(out: Path, family: Annotated[str, typer.Option(help="qwen2_vl | qwen2_5_vl | qwen3_vl")] = "qwen3_vl",
+@app.command("make-tiny", epilog=examples("evr1 make-tiny models/tiny-qwen3 --family qwen3_vl",
+                                          "evr1 make-tiny models/tiny-vllm --for-vllm --size hidden_size=128",
+                                          "# then", "evr1 run conf/tiny.yaml model.path=models/tiny-qwen3"))
+def make_tiny(out: Annotated[Path, typer.Argument(metavar="OUT", show_default=False, help="the model folder to write")],
+              family: Annotated[str, typer.Option(help="qwen2_vl | qwen2_5_vl | qwen3_vl")] = "qwen3_vl",
               seed: Annotated[int, typer.Option(help="weight seed")] = 0,
               init: Annotated[str, typer.Option(help="default | prompt_dependent (greedy outputs that depend "
                                                      "on the prompt, for comparing engines)")] = "default",
@@ -376,18 +647,28 @@ def make_tiny(out: Path, family: Annotated[str, typer.Option(help="qwen2_vl | qw
     console.print(f"tiny {family} model written to {build(family, out, seed=seed, init=init, **sizes)}")
 
 
-services_app = typer.Typer(no_args_is_help=True, help="The Prefect server, a `local` worker and the MLflow UI on 127.0.0.1.")
+services_app = _Typer(no_args_is_help=True, help="The Prefect server, a `local` worker and the MLflow UI on 127.0.0.1.",
+                      epilog=examples("evr1 services up conf/tiny.yaml", "evr1 services status", "evr1 services down"))
 app.add_typer(services_app, name="services")
 StateDir = Annotated[Path, typer.Option("--state", help="where logs, pids and the Prefect database live")]
 
 
-@services_app.command("up")
-def services_up(config: Path = typer.Argument(Path("conf/tiny.yaml"), help="whose MLflow store the UI shows"),
+@services_app.command("up", epilog=examples(
+    "# conf/tiny.yaml's MLflow store",
+    "evr1 services up",
+    "evr1 services up conf/tiny.yaml run.name=longer --mlflow-port 5000",
+    "# no deployments, no nightly schedule",
+    "evr1 services up --no-deploy"))
+def services_up(config: Annotated[Path, typer.Argument(metavar="CONFIG", help="whose MLflow store the UI shows")]
+                = Path("conf/tiny.yaml"),
                 overrides: Overrides = None, state: StateDir = Path("runs/services"),
                 prefect_port: Annotated[Optional[int], typer.Option(help="default: a free port")] = None,
                 mlflow_port: Annotated[Optional[int], typer.Option(help="default: a free port")] = None,
-                deploy: Annotated[bool, typer.Option(help="register the deployments of prefect.yaml")] = True) -> None:
-    """Start the Prefect server, a process worker on the `local` pool and the MLflow UI; print the URLs."""
+                deploy: Annotated[bool, typer.Option(help="register the deployments of prefect.yaml, among them "
+                                                          "the nightly evaluation's cron schedule")] = True) -> None:
+    """Start the Prefect server, a process worker on the `local` pool and the MLflow UI; print the URLs.
+
+    Each step says what it does as it goes (the first start takes a minute: Prefect builds its database)."""
     from evr1.cli import services
     from evr1.tracking import default_tracking_uri
 
@@ -396,11 +677,18 @@ def services_up(config: Path = typer.Argument(Path("conf/tiny.yaml"), help="whos
     data = services.up(state, tracking_uri=uri, project=Path.cwd(), prefect_port=prefect_port,
                        mlflow_port=mlflow_port, deploy=deploy)
     console.print(f"Prefect UI: {data['urls']['prefect']}\nMLflow UI:  {data['urls']['mlflow']}  ({uri})")
+    for d in data.get("deployments", []):
+        when = f"on a schedule: {', '.join(d['schedules'])}" if d["schedules"] else "run on demand"
+        console.print(f"deployment {d['entrypoint'].rsplit(':', 1)[-1].replace('_', '-')}/{d['name']}: {when}, "
+                      f"work pool {d['pool']}" + (" (no worker started for it here)" if d["pool"] != "local" else ""))
+    if any(d["schedules"] for d in data.get("deployments", [])):
+        console.print("(the schedules run while the server and a worker of their pool run; `--no-deploy` "
+                      "registers none)")
     console.print(f"runs from this shell go to the server after:  export PREFECT_API_URL={data['api']}")
     console.print(f"logs and pids: {state.resolve()}   stop with: evr1 services down --state {state}")
 
 
-@services_app.command("down")
+@services_app.command("down", epilog=examples("evr1 services down", "evr1 services down --state runs/services"))
 def services_down(state: StateDir = Path("runs/services")) -> None:
     """Stop exactly what `evr1 services up` started (and their children)."""
     from evr1.cli import services
@@ -410,7 +698,7 @@ def services_down(state: StateDir = Path("runs/services")) -> None:
                   or "nothing was running")
 
 
-@services_app.command("status")
+@services_app.command("status", epilog=examples("evr1 services status"))
 def services_status(state: StateDir = Path("runs/services")) -> None:
     """Which services `up` started still run, with their URLs and logs."""
     from evr1.cli import services

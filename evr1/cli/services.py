@@ -21,6 +21,7 @@ import urllib.request
 from pathlib import Path
 
 from evr1.cluster import processes
+from evr1.tracking import progress
 
 STATE_FILE = "services.json"
 BIN = Path(sys.executable).parent
@@ -91,7 +92,9 @@ def up(state: Path, *, tracking_uri: str, project: Path, host: str = "127.0.0.1"
     data = {"services": {}, "urls": urls, "api": api, "tracking_uri": tracking_uri, "project": str(project)}
     prefect, mlflow = str(BIN / "prefect"), str(BIN / "mlflow")
     started: list[subprocess.Popen] = []
+    data["deployments"] = deployments(project) if deploy else []
     try:
+        # Each step under a status line (`progress.phase`): the first start takes a minute or more.
         proc, entry = _spawn("prefect-server", [prefect, "server", "start", "--host", host, "--port", str(prefect_port)],
                              env, state, project)
         started.append(proc)
@@ -102,20 +105,41 @@ def up(state: Path, *, tracking_uri: str, project: Path, host: str = "127.0.0.1"
         started.append(proc_ml)
         data["services"]["mlflow-ui"] = {**entry, "url": urls["mlflow"]}
         _write_state(state, data)
-        _wait(f"{api}/health", proc, "prefect server", Path(data["services"]["prefect-server"]["log"]), timeout)
-        for pool in ("local", "gpu"):
-            _run([prefect, "work-pool", "create", pool, "--type", "process", "--overwrite"], env, project, state)
+        with progress.phase(f"services: Prefect server starting on {urls['prefect']} (its database, the UI)"):
+            _wait(f"{api}/health", proc, "prefect server", Path(data["services"]["prefect-server"]["log"]), timeout)
+        with progress.phase("services: work pools local and gpu (process type)"):
+            for pool in ("local", "gpu"):
+                _run([prefect, "work-pool", "create", pool, "--type", "process", "--overwrite"], env, project, state)
         if deploy:
-            _run([prefect, "--no-prompt", "deploy", "--all"], env, project, state)
+            names = ", ".join(d["name"] for d in data["deployments"])
+            with progress.phase(f"services: registering the deployments of prefect.yaml ({names})"):
+                _run([prefect, "--no-prompt", "deploy", "--all"], env, project, state)
         proc_w, entry = _spawn("worker", [prefect, "worker", "start", "--pool", "local"], env, state, project)
         started.append(proc_w)
         data["services"]["worker"] = entry
         _write_state(state, data)
-        _wait(f"{urls['mlflow']}/health", proc_ml, "mlflow ui", Path(data["services"]["mlflow-ui"]["log"]), timeout)
+        with progress.phase(f"services: MLflow UI starting on {urls['mlflow']}"):
+            _wait(f"{urls['mlflow']}/health", proc_ml, "mlflow ui", Path(data["services"]["mlflow-ui"]["log"]), timeout)
     except BaseException:
         down(state)
         raise
     return data
+
+
+def deployments(project: Path) -> list[dict]:
+    """The deployments `prefect deploy --all` registers from `<project>/prefect.yaml`: name, flow
+    entrypoint, work pool and schedules (cron with time zone), what `services up` says it set up."""
+    import yaml
+
+    f = project / "prefect.yaml"
+    if not f.is_file():
+        return []
+    out = []
+    for d in (yaml.safe_load(f.read_text()) or {}).get("deployments") or []:
+        crons = [f"{s['cron']} {s.get('timezone', 'UTC')}" for s in d.get("schedules") or [] if s.get("cron")]
+        out.append({"name": d.get("name", "?"), "entrypoint": d.get("entrypoint", ""),
+                    "pool": (d.get("work_pool") or {}).get("name", ""), "schedules": crons})
+    return out
 
 
 def _run(argv: list[str], env: dict, cwd: Path, state: Path) -> None:

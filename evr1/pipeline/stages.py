@@ -210,10 +210,13 @@ def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: S
             tr.client.set_tag(tr.parent_run_id, "evr1.continues_train_run", continued)
         done = tr.logged_steps()  # a continued run: what the killed command logged is not logged twice
         bars = progress.TrainingProgress(cfg.trainer.warmup_sft_steps, cfg.trainer.steps)
+        warmup: list[dict] = []  # the warm-up's rows (not in the training history), for the plot
 
         def log_metrics(m: dict, s: int) -> None:
             tr.log_metrics({k: v for k, v in m.items() if s > done.get(k, -1)}, step=s)  # step 0: validation before RL
             bars(m, s)
+            if any(k.startswith("warmup/") for k in m):
+                warmup.append({"step": s, **m})
 
         def log_table(name: str, table: list[dict]) -> None:
             if not table or table[0]["step"] <= done.get("reward/overall", 0):  # logged at every RL step
@@ -224,6 +227,10 @@ def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: S
 
         log_table_input(tr, samples.uri, samples.version, "samples", "training")
         log_table_input(tr, frames.uri, frames.version, "frames", "training")
+        _start_ray(cfg)
+        # Until the first metrics (a bar then takes over): the ranks load the model, the rollout engine
+        # starts, the first weight sync; then the first warm-up step, the validation or the first step.
+        progress.lead_in("train: starting the actors (each rank loads the model, the rollout engine, weight sync)")
         try:
             result = train(cfg, samples=rows, frames_uri=frames.uri or None, model_dir=Path(model.uri),
                            out_dir=out_dir, val_samples=val_rows, log_metrics=log_metrics, log_table=log_table)
@@ -233,7 +240,8 @@ def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: S
         tag_stage(tr, cfg, "train", in_samples_uri=samples.uri, in_samples_version=samples.version,
                  in_frames_uri=frames.uri, in_frames_version=frames.version, in_model=model.uri,
                  out_checkpoint=result.checkpoint, out_step=result.steps)
-        _plot_training(tr, result.history)
+        _plot_training(tr, result.history, before_rl=result.before_rl or tr.logged_at_step(0, "val/"),
+                       warmup=warmup, chance_rows=val_rows[: cfg.trainer.val_limit] if val_rows else rows)
     final = result.final_metrics
     headline = {k: final[k] for k in ("reward/overall", "reward/accuracy", "reward/format", "actor/pg_loss",
                                        "actor/kl_loss", "actor/entropy") if k in final}
@@ -356,14 +364,27 @@ def stage_eval_suite(cfg: Config, model: StageResult, samples: StageResult, fram
     return results
 
 
-def _plot_training(tr: Tracker, history: list[dict]) -> None:
-    """Training curves (reward, accuracy, KL, entropy, length vs step) as a PNG of the open stage run."""
+def _start_ray(cfg: Config) -> None:
+    """Ray started (or joined) as `train` would, under a status line of its own: the time it takes is
+    then seen apart from the actors' (train's own call finds it running)."""
+    from evr1.cluster.connect import ensure_ray
+
+    o = cfg.orchestration
+    with progress.phase("train: starting Ray" if not o.ray_address else f"train: joining Ray at {o.ray_address}"):
+        ensure_ray(o.ray_address, num_cpus=o.ray_num_cpus, object_store_mb=o.ray_object_store_mb)
+
+
+def _plot_training(tr: Tracker, history: list[dict], *, before_rl: dict | None = None,
+                   warmup: list[dict] | None = None, chance_rows: list[dict] | None = None) -> None:
+    """Training curves (reward, training and validation accuracy against the before-RL baseline and
+    chance, KL, entropy, length vs step; the warm-up's loss) as a PNG of the open stage run. Chance:
+    guessing an option of each multiple-choice sample of `chance_rows` (the validated ones)."""
     if not tr.enabled or not history:
         return
-    from evr1.tracking.plots import training_curves
+    from evr1.tracking.plots import chance_accuracy, training_curves
 
     out = Path(tempfile.mkdtemp(prefix="evr1-plots-")) / "training_curves.png"
-    if training_curves(history, out):
+    if training_curves(history, out, before_rl=before_rl, warmup=warmup, chance=chance_accuracy(chance_rows or [])):
         tr.log_artifact(out, "plots")
 
 

@@ -160,6 +160,20 @@ class Tracker:
         keys = client.get_run(self._stage_run_id).data.metrics
         return {k: max((m.step for m in client.get_metric_history(self._stage_run_id, k)), default=0) for k in keys}
 
+    def logged_at_step(self, step: int, prefix: str = "") -> dict[str, float]:
+        """The open stage run's metrics (those starting with `prefix`) logged at `step`: e.g. the
+        validation before RL (step 0) of a training that this command continues."""
+        if not self.enabled or self._stage_run_id is None:
+            return {}
+        client = self.client
+        keys = [k for k in client.get_run(self._stage_run_id).data.metrics if k.startswith(prefix)]
+        out = {}
+        for key in keys:
+            at = [m.value for m in client.get_metric_history(self._stage_run_id, key) if m.step == step]
+            if at:
+                out[key] = at[-1]
+        return out
+
     @_held
     def close_dead_runs(self, run_dir: str | Path) -> list[str]:
         """Mark KILLED the RUNNING runs of `run_dir` (parent and stage runs) whose owning process on this
@@ -296,11 +310,64 @@ def latest_model_version(uri: str, name: str) -> tuple[str, Path] | None:
         newest = client.get_model_version_by_alias(name, CANDIDATE_ALIAS)
     except mlflow.exceptions.MlflowException:
         newest = max(versions, key=lambda v: int(v.version))
-    model_dir = (newest.tags or {}).get("evr1.model_dir")
+    return newest.version, _model_dir(newest, uri)
+
+
+def _model_dir(version, uri: str) -> Path:
+    """Where a registered version's files are: the merged folder it was registered from when this
+    machine has it, else its artifacts downloaded."""
+    model_dir = (version.tags or {}).get("evr1.model_dir")
     if model_dir and Path(model_dir).exists():
-        return newest.version, Path(model_dir)
-    local = mlflow.artifacts.download_artifacts(artifact_uri=newest.source, tracking_uri=uri)
-    return newest.version, Path(local)
+        return Path(model_dir)
+    return Path(mlflow.artifacts.download_artifacts(artifact_uri=version.source, tracking_uri=uri))
+
+
+MODEL_URI_PREFIX = "models:/"
+
+
+def resolve_model_uri(uri: str, model_uri: str) -> tuple[str, str, Path, str | None]:
+    """`models:/<name>@<alias>`, `models:/<name>/<version>` or `models:/<name>` (its `candidate`, else
+    its newest version) in the registry at tracking `uri` → (name, version, model directory, weights
+    sha256 when registered with one). A name, version or alias the registry lacks is a LookupError
+    saying what it has."""
+    rest = model_uri[len(MODEL_URI_PREFIX):].strip("/")
+    name, alias, number = rest, None, None
+    if "@" in rest:
+        name, alias = rest.split("@", 1)
+    elif "/" in rest:
+        name, number = rest.rsplit("/", 1)
+    if not name:
+        raise ValueError(f"{model_uri}: expected models:/<name>@<alias>, models:/<name>/<version> or models:/<name>")
+    client = MlflowClient(uri)
+    try:
+        versions = client.search_model_versions(f"name = '{name}'")
+    except mlflow.exceptions.MlflowException:
+        versions = []
+    if not versions:
+        names = sorted(m.name for m in client.search_registered_models())
+        raise LookupError(f"{model_uri}: no registered model {name!r} in {uri} (registered: "
+                          f"{', '.join(names) or 'none; `evr1 run` registers its merged model'})")
+    if alias is not None:
+        try:
+            version = client.get_model_version_by_alias(name, alias)
+        except mlflow.exceptions.MlflowException:
+            aliases = sorted(client.get_registered_model(name).aliases or {})
+            raise LookupError(f"{model_uri}: model {name!r} has no alias {alias!r} (aliases: "
+                              f"{', '.join(aliases) or 'none'})") from None
+    elif number is not None:
+        version = next((v for v in versions if str(v.version) == number), None)
+        if version is None:
+            raise LookupError(f"{model_uri}: model {name!r} has no version {number} (versions: "
+                              f"{', '.join(sorted((str(v.version) for v in versions), key=int))})")
+    else:
+        found = latest_model_version(uri, name)
+        assert found is not None
+        return name, str(found[0]), found[1], _version_tag(client, name, found[0])
+    return name, str(version.version), _model_dir(version, uri), (version.tags or {}).get("evr1.weights_sha256")
+
+
+def _version_tag(client: MlflowClient, name: str, version: str) -> str | None:
+    return (client.get_model_version(name, str(version)).tags or {}).get("evr1.weights_sha256")
 
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")

@@ -1,5 +1,6 @@
 """`evr1 services up` starts a real Prefect server, a process worker and the MLflow UI on free ports,
-with the deployments registered; `down` leaves none of their processes behind (checked by pid)."""
+with the deployments registered (and says which, with their schedules); `down` leaves none of their
+processes behind (checked by pid)."""
 
 import json
 import os
@@ -40,6 +41,10 @@ def test_services_up_status_down_leaves_no_process(tmp_path):
         assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
         assert set(pids) == {"prefect-server", "worker", "mlflow-ui"}
         assert data["urls"]["prefect"] in up.stdout and data["urls"]["mlflow"] in up.stdout
+        # it says what it registered, the nightly schedules among them
+        said = " ".join(up.stdout.split())
+        assert "deployment nightly-eval/nightly-tiny: on a schedule: 0 3 * * * UTC, work pool local" in said, said
+        assert "deployment train-and-eval/tiny: run on demand, work pool local" in said, said
         assert _get(data["api"] + "/health") == 200 and _get(data["urls"]["mlflow"] + "/health") == 200
         # the deployments are registered on the server `up` started
         env_api = {**os.environ, "PREFECT_API_URL": data["api"], "PREFECT_HOME": str(state / "prefect")}
