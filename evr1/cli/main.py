@@ -407,7 +407,11 @@ def plan(config: ConfigArg, overrides: Overrides = None,
          prompt_text_tokens: Annotated[int, typer.Option(help="text tokens of the question")] = 128,
          colocated: Annotated[Optional[bool], typer.Option("--colocated/--separate", help="the rollout engine shares "
                                                            "each rank's GPU (adds rollout.vllm's memory share) or has "
-                                                           "a GPU of its own; default: rollout.placement")] = None) -> None:
+                                                           "a GPU of its own; default: rollout.placement")] = None,
+         gpus: Annotated[Optional[int], typer.Option(help="the cluster's GPUs: refuse (exit 1) a placement that "
+                                                          "needs more, as the run would")] = None,
+         gpus_per_node: Annotated[Optional[int], typer.Option(help="with --gpus: GPUs per node (default: all on one)")]
+         = None) -> None:
     """Memory per GPU for the config's model, frames and pixel budget, with and without sequence
     parallelism, and the Ray placement of the ranks and the rollout worker (GPUs, bundles).
 
@@ -420,6 +424,19 @@ def plan(config: ConfigArg, overrides: Overrides = None,
     h, w = (int(x) for x in video_size.lower().split("x"))
     print(plan_for_config(cfg, gpu_gib=gpu_memory_gib, world_size=world_size, source_hw=(h, w),
                           prompt_text=prompt_text_tokens, colocated=colocated))
+    if gpus is not None:  # the run's own check (evr1/train/placement.py), against the cluster described
+        from evr1.train import placement
+
+        mode = None if colocated is None else ("colocated" if colocated else "separate")
+        resources = placement.plan_resources(cfg, world_size=world_size, mode=mode)
+        per = gpus_per_node or gpus
+        nodes = [{"Alive": True, "Resources": {"GPU": float(min(per, gpus - k))}} for k in range(0, gpus, per)]
+        try:
+            placement.check(resources, {"GPU": float(gpus)}, nodes)
+        except placement.PlacementError as e:
+            print(f"\nevr1: error: {e}", file=sys.stderr)
+            raise typer.Exit(1) from None
+        print(f"\nplacement: fits {gpus} GPUs ({len(nodes)} node{'s' if len(nodes) > 1 else ''})")
     _plan_advice(config, list(overrides or []) + ([f"trainer.world_size={world_size}"] if world_size else []),
                  gpu_gib=gpu_memory_gib, video_size=video_size, prompt_text=prompt_text_tokens, colocated=colocated)
 
