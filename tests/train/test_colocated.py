@@ -38,15 +38,16 @@ def setup(tmp_path_factory):
     frames = pipeline.stage_cache(cfg, samples, model)
     runs = {}
 
-    def run(placement: str):
-        if placement not in runs:
-            c = load_config(ROOT / "conf/tiny.yaml", [*base, f"rollout.placement={placement}"])
+    def run(placement: str, engines: int = 1):
+        if (placement, engines) not in runs:
+            c = load_config(ROOT / "conf/tiny.yaml", [*base, f"rollout.placement={placement}",
+                                                      f"rollout.engines={engines}"])
             tables: list[tuple[str, list[dict]]] = []
             result = train(c, samples=read_samples(samples.uri, split="train"), frames_uri=frames.uri,
-                           model_dir=Path(model.uri), out_dir=tmp / placement,
+                           model_dir=Path(model.uri), out_dir=tmp / f"{placement}{engines}",
                            log_table=lambda name, rows: tables.append((name, rows)))
-            runs[placement] = (result, tables)
-        return runs[placement]
+            runs[(placement, engines)] = (result, tables)
+        return runs[(placement, engines)]
     return run, cfg, Path(model.uri), samples, frames
 
 
@@ -67,6 +68,20 @@ def test_colocated_and_separate_generate_and_train_alike(setup):
         # Both moved the model once, in the engines' dtype (fp32 on the CPU): its size, no copies.
         assert got["perf/sync_bytes"] == want["perf/sync_bytes"] == _model_bytes(model_dir)
         assert want["perf/sync_buckets"] >= 1.0 and got["perf/sync_buckets"] == 0.0
+
+
+@pytest.mark.slow
+def test_two_separate_workers_receive_one_broadcast_and_generate_the_same_samples(setup):
+    """rollout.engines 2: the prompts shared out between two workers, each sync one broadcast to both."""
+    run, _, model_dir, _, _ = setup
+    one, one_tables = run("separate")
+    two, two_tables = run("separate", engines=2)
+    assert _responses(two_tables) == _responses(one_tables)
+    for got, want in zip(two.history, one.history, strict=True):
+        assert got["perf/rollout_engines"] == 2.0
+        assert got["perf/sync_bytes"] == want["perf/sync_bytes"] == _model_bytes(model_dir)  # into each engine
+        for key in LOSS_KEYS:
+            assert got[key] == pytest.approx(want[key], rel=1e-5, abs=1e-6), key
 
 
 def _model_bytes(model_dir: Path) -> float:
