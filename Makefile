@@ -79,3 +79,18 @@ ui-down:
 
 clean:
 	rm -rf runs .pytest_cache
+
+# The GPU path in one command (benchmarks/gpu_smoke.py, docs/gpu-cluster.md "Check a GPU node"): on a GPU
+# node with vLLM, e.g. the evr1-gpu image with this checkout mounted:
+#   docker run --rm --gpus all --shm-size=16g -v "$PWD":/work -w /work evr1-gpu make gpu-check
+# Each check in a process of its own; every figure in gpu_check.json (and gpu_check.md); exits 1 if one fails.
+GPU_PY ?= python
+GPU_CHECK_ARGS ?=
+.PHONY: gpu-check gpu-check-cpu
+gpu-check:
+	PYTHONPATH=$(CURDIR) $(GPU_PY) benchmarks/gpu_smoke.py --json gpu_check.json --out gpu_check.md $(GPU_CHECK_ARGS)
+
+# The same driver and checks on the CPU (HF engine, tiny model, smallest sizes): what CI runs
+# (tests/benchmarks/test_smoke.py runs gpu_smoke.py --smoke), in about two minutes.
+gpu-check-cpu: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(BIN)/python benchmarks/gpu_smoke.py --cpu --json gpu_check_cpu.json

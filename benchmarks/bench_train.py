@@ -19,7 +19,9 @@ two FSDP2 ranks, the HF rollout engine) runs `--steps` GRPO steps with `--clips`
      others building on the meta device and receiving only their shard.
 
 Run:  PYTHONPATH=. .venv/bin/python benchmarks/bench_train.py [--steps 2] [--clips 2] [--n 4]
-Prints a Markdown table, then one JSON line.
+Prints a Markdown table, then one JSON line (with each run's peak RSS per rank, `peak_rss_mb_by_run`).
+Micro-batches are cut by tokens (`--max-tokens-per-micro-batch`, default 12,288: a whole group with the
+shared prefix, one sequence without it), which bounds each rank near 2 GB at the defaults (see `budget`).
 
 `--part packing` (issue 11) measures instead one micro-batch of prompts of mixed lengths (videos of
 `--frames` 8, 16, 32 and 64 frames at 384×672: about 1,000 to 8,000 tokens each, random frames: this is the
@@ -151,7 +153,21 @@ def trainer_overrides(args, data: Path, model_dir: Path, run_root: Path, dtype: 
             f"rollout.n={args.n}", f"rollout.max_new_tokens={args.max_new_tokens}", "rollout.batch_size=1",
             f"trainer.world_size={args.world_size}", f"trainer.micro_batch_size={args.n}", "trainer.warmup_sft_steps=0",
             "trainer.save_every=0", "trainer.val_every=0", f"trainer.device={args.device}", "trainer.lr=1e-5",
-            "trainer.resume=false"]
+            "trainer.resume=false", *budget(args)]
+
+
+def budget(args) -> list[str]:
+    """Micro-batches cut by tokens (`--max-tokens-per-micro-batch`, 0: `micro_batch_size` = n responses each).
+
+    The default, 12,288, holds a whole group with the shared prefix (8,457 prompt tokens once + 4 × 8
+    responses) but one sequence of the unshared runs (8,465 tokens; two would be 16,930). Without it the
+    unshared baseline packs n = 4 sequences (33,860 tokens) into one row, and on the CPU sdpa gets that
+    row's block-diagonal mask as a T × T tensor: 1.1 GB as bool, 4.6 GB as the float mask sdpa makes of it,
+    kept per decoder layer for the backward: about 12.5 GB per rank for this 2-layer model, which Ray's
+    memory guard killed on a 24 GiB machine (docs/performance.md). Per sequence it is 0.6 GB, and one
+    sequence per micro-batch is also the faster baseline there (the mask makes sdpa compute all T² scores)."""
+    tokens = args.max_tokens_per_micro_batch
+    return [f"trainer.max_tokens_per_micro_batch={tokens}"] if tokens else []
 
 
 def packing(args) -> None:
@@ -213,6 +229,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=30)
     ap.add_argument("--max-new-tokens", type=int, default=8)
     ap.add_argument("--world-size", type=int, default=2)
+    ap.add_argument("--max-tokens-per-micro-batch", type=int, default=12288,
+                    help="trainer.max_tokens_per_micro_batch of part 1's runs (0: micro-batches of n responses); "
+                         "the default keeps memory bounded at 64 frames (see `budget`)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--size", choices=sorted(SIZES), default="tiny")
     ap.add_argument("--dtype", default=None, help="model dtype (default float32 on CPU, bfloat16 on CUDA)")
@@ -315,6 +334,14 @@ def trainer(args) -> None:
         "peak_rss_mb": {"driver": round(driver_rss, 1),
                         "rollout": round(max(h["perf/rollout_peak_rss_mb"] for h in cached + decoded + unshared), 1),
                         "policy_rank": round(max(h["perf/rank_peak_rss_mb"] for h in cached + decoded + unshared), 1)},
+        # Each run starts its own actors: the larger rank's peak RSS (and the rollout worker's) per run.
+        "peak_rss_mb_by_run": {name: {"policy_rank": round(max(h["perf/rank_peak_rss_mb"] for h in hist), 1),
+                                      "rollout": round(max(h["perf/rollout_peak_rss_mb"] for h in hist), 1)}
+                               for name, hist in (("decode", decoded), ("cache", cached), ("cache_unshared", unshared))},
+        "max_tokens_per_micro_batch": args.max_tokens_per_micro_batch,
+        "micro_batches_per_rank": {name: _mean(hist, "perf/update_micro_batches", skip_first=False)
+                                   for name, hist in (("cache", cached), ("cache_unshared", unshared))
+                                   if "perf/update_micro_batches" in hist[0]},
         "model_load_peak_rss_mb_per_rank": load,
     }
     print(json.dumps(out))

@@ -14,6 +14,7 @@ local tokens / global tokens), which is only approximately a global sequence mea
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 
 import torch
@@ -83,12 +84,16 @@ def _token_sum_norm(
 
 
 def _positive(name: str, value: float | torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    tensor = torch.as_tensor(value, dtype=like.dtype, device=like.device)
-    if tensor.dim() != 0:
-        raise ValueError(f"{name} must be a scalar, got shape {tuple(tensor.shape)}")
-    if not isinstance(value, torch.Tensor) and not value > 0:
+    if not isinstance(value, numbers.Real):  # a tensor (its sign not checked: no host read), or not a number
+        tensor = torch.as_tensor(value, dtype=like.dtype, device=like.device)
+        if tensor.dim() != 0:
+            raise ValueError(f"{name} must be a scalar, got shape {tuple(tensor.shape)}")
+        return tensor
+    if not value > 0:
         raise ValueError(f"{name} must be > 0, got {value!r}")
-    return tensor
+    # Filled on the device: `torch.as_tensor(value, device=...)` copies from host memory, and that
+    # copy waits for the device to run everything queued (a host stall per micro-batch on a GPU).
+    return torch.full((), value, dtype=like.dtype, device=like.device)
 
 
 AGGREGATION_MODES: dict[str, Callable[..., torch.Tensor]] = {

@@ -37,8 +37,12 @@ def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, ratio: float) -
     if not 0.0 < ratio:
         raise ValueError(f"top_entropy_ratio must be in (0, 1], got {ratio}")
     valid = mask.bool()
-    if ratio >= 1.0 or not valid.any():
+    if ratio >= 1.0:
         return valid.float()
-    values = entropy.detach().float()[valid]
-    threshold = torch.quantile(values, 1.0 - ratio)
-    return (valid & (entropy.detach().float() >= threshold)).float()
+    # The quantile of the valid entries, padding as NaN (ignored): no boolean indexing, whose output
+    # size the host must read, so a GPU trainer does not wait for the device here. An empty mask gives
+    # a NaN threshold, which no entry reaches: the mask stays empty.
+    values = entropy.detach().float()
+    threshold = torch.nanquantile(torch.where(valid, values, torch.full_like(values, float("nan"))).flatten(),
+                                  1.0 - ratio)
+    return (valid & (values >= threshold)).float()

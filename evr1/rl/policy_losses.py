@@ -136,13 +136,16 @@ def _fraction(condition: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def _ratio_stats(ratio: torch.Tensor, mask: torch.Tensor) -> Metrics:
+    # Masked reductions, not `ratio[mask]`: boolean indexing sizes its output on the host, which makes
+    # a GPU trainer wait for the device on every micro-batch before its backward is even queued.
     with torch.no_grad():
-        valid = ratio[mask]
         nan = torch.full((), float("nan"), dtype=ratio.dtype, device=ratio.device)
+        inf = torch.full((), float("inf"), dtype=ratio.dtype, device=ratio.device)
+        some = mask.any()
         return {
             "ratio_mean": masked_mean(ratio, mask),
-            "ratio_min": valid.min() if valid.numel() else nan,
-            "ratio_max": valid.max() if valid.numel() else nan,
+            "ratio_min": torch.where(some, torch.where(mask, ratio, inf).amin(), nan),
+            "ratio_max": torch.where(some, torch.where(mask, ratio, -inf).amax(), nan),
         }
 
 

@@ -191,9 +191,12 @@ def check_gpu_smoke(out: str) -> None:
     assert _one(rows, ok=True)
     suite = next(r["suite"] for r in rows if "suite" in r)
     assert suite["suite_failed"] == 0 and suite["suite_items_per_s"] > 0 and suite["sync_items_per_s"] > 0
-    (family,) = [next(iter(r.values())) for r in rows if len(r) == 1 and next(iter(r)) not in ("suite", "ok")]
+    (family,) = [next(iter(r.values())) for r in rows if len(r) == 1 and next(iter(r)) not in ("suite", "ok", "imports")]
+    imports = _one(rows, imports=next(r["imports"] for r in rows if "imports" in r))["imports"]
+    assert imports["attention_ok"] and imports["transformers"], imports  # sdpa: packed = padded on the CPU
     assert family["steps"] == 1 and family["grpo_seconds"] > 0 and family["time/step_s"] > 0
     assert family["cached_frames_equal"] and family["cached_generation_equal"]
+    assert family["perf/tokens_per_s_per_device"] > 0 and family["plan_total_gib"] > 0  # the GPU run's figures
 
 
 def check_any(out: str) -> None:
@@ -230,6 +233,19 @@ def check_bench_async(out: str) -> None:
     assert _one(rows, mode="synchronous")["staleness_max"] == 0.0
     assert _one(rows, mode="one_step_off")["staleness_max"] == 1.0
     assert summary["speedup_one_step_off"] > 0 and summary["predicted_speedup"] >= 1.0, summary
+
+
+def check_bench_step_syncs(out: str) -> None:
+    """Issue 33 item 11: the step's own code waits for the device once per pass (log-probs: the copies; update:
+    the grad norm per mini-batch and the metrics per step) and copies nothing to it from pageable memory."""
+    (row,) = _json_lines(out)
+    for mode in ("shared", "unshared"):
+        for name, allowed in (("log_probs", {"stream_sync (step)"}), ("update", {"__float__ (step)", "tolist (step)"})):
+            figures = row[mode][name]
+            step_waits = {op for op in figures["waits_by_op"] if op.endswith("(step)")}
+            blocking = figures["h2d_blocking_per_micro_batch"]  # evr1's copies; transformers' own are not ours
+            assert step_waits <= allowed and blocking["step"] == blocking["evr1.models"] == 0, (mode, name, figures)
+            assert sum(figures["h2d_async_per_micro_batch"].values()) > 0, (mode, name, figures)
 
 
 CHECKS = {f"{name[len('check_'):]}.py": fn for name, fn in globals().items() if name.startswith("check_")}

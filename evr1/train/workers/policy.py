@@ -285,7 +285,7 @@ class PolicyWorker:
         for metrics in _host_values(micro_metrics):  # summed in float64 on the host, in micro-batch order
             for key, v in metrics.items():
                 sums[key] = sums.get(key, 0.0) + v
-        sums["actor/grad_norm"] = sum(grad_norms, 0.0) if grad_norms else 0.0
+        sums["actor/grad_norm"] = sum(grad_norms, 0.0)
         count = len(micro_metrics)
         out = {k: v / max(count, 1) for k, v in sums.items()}
         # pg_loss shares add up within a mini-batch and average over mini-batches and epochs.
