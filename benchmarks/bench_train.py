@@ -87,6 +87,7 @@ FRAMES = {"nframes": 64, "min_pixels": 3136, "max_pixels": 262144}
 SMOKE_FRAMES = {"nframes": 2, "min_pixels": 1024, "max_pixels": 64 * 112}
 SMOKE_CLIP_HW = (64, 112)  # part 1's clips under --smoke
 SMOKE_PACKING_HW = (64, 96)  # --part packing's random frames under --smoke (384×672 otherwise)
+MAX_TOKENS = 12288  # part 1's trainer.max_tokens_per_micro_batch (`budget`)
 
 
 def _records(clips: list[Path]) -> list[dict]:
@@ -166,7 +167,7 @@ def budget(args) -> list[str]:
     kept per decoder layer for the backward: about 12.5 GB per rank for this 2-layer model, which Ray's
     memory guard killed on a 24 GiB machine (docs/performance.md). Per sequence it is 0.6 GB, and one
     sequence per micro-batch is also the faster baseline there (the mask makes sdpa compute all T² scores)."""
-    tokens = args.max_tokens_per_micro_batch
+    tokens = getattr(args, "max_tokens_per_micro_batch", MAX_TOKENS)
     return [f"trainer.max_tokens_per_micro_batch={tokens}"] if tokens else []
 
 
@@ -229,7 +230,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=30)
     ap.add_argument("--max-new-tokens", type=int, default=8)
     ap.add_argument("--world-size", type=int, default=2)
-    ap.add_argument("--max-tokens-per-micro-batch", type=int, default=12288,
+    ap.add_argument("--max-tokens-per-micro-batch", type=int, default=MAX_TOKENS,
                     help="trainer.max_tokens_per_micro_batch of part 1's runs (0: micro-batches of n responses); "
                          "the default keeps memory bounded at 64 frames (see `budget`)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
