@@ -337,7 +337,7 @@ def _data_metrics(cluster: ActorGroup, prompts: int, rank_waits: list[float], ro
     per_engine = rollout["generate_s_per_engine"]
     engines = {"perf/rollout_engines": float(len(per_engine)), "perf/rollout_idle_frac": idle_fraction(per_engine),
                "perf/gen_tokens_per_s": rollout["generated_tokens"] / max(rollout["generate_s"], 1e-9)}
-    return {**engines,"perf/driver_bytes": float(sent["bytes"]), "perf/driver_bytes_per_prompt": sent["bytes"] / max(prompts, 1),
+    return {**engines, "perf/driver_bytes": float(sent["bytes"]), "perf/driver_bytes_per_prompt": sent["bytes"] / max(prompts, 1),
             "perf/driver_array_messages": float(sent["array_calls"]),
             "time/data_wait_s": rollout["wait_s"] + max(rank_waits, default=0.0),
             "perf/rollout_peak_rss_mb": rollout["peak_rss_mb"],
