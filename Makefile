@@ -33,7 +33,7 @@ demo: $(STAMP)
 	$(BIN)/evr1 run $(CONF)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider --timeout=900 tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider --timeout=900 --durations=30 tests
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not e2e" tests

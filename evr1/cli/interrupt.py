@@ -68,6 +68,7 @@ def supervise(argv: list[str], run_dir: Path) -> int:
     except KeyboardInterrupt:
         pass
     t0 = time.monotonic()
+    at = where(status)  # read now: while it unwinds, the child may still move on to the next stage
     with _ignored(signal.SIGINT):  # a second Ctrl-C is taken below as "kill now"
         child.send_signal(signal.SIGINT)
     try:
@@ -75,7 +76,7 @@ def supervise(argv: list[str], run_dir: Path) -> int:
     except (subprocess.TimeoutExpired, KeyboardInterrupt):
         _kill_session(child)
     seconds = time.monotonic() - t0
-    print(f"evr1: interrupted {where(status)}; stopped in {seconds:.0f} s. Resume with: {resume_command(argv)}",
+    print(f"evr1: interrupted {at}; stopped in {seconds:.0f} s. Resume with: {resume_command(argv)}",
           file=sys.stderr)
     return 130
 

@@ -301,7 +301,9 @@ def _one_step(cfg, cluster: ActorGroup, source: PromptSource, adapter, score, st
     for key in rank_metrics[0]:
         metrics[key] = float(np.mean([m[key] for m in rank_metrics]))
     metrics["data/rank_unreadable"] = float(sum(m["data/rank_unreadable"] for m in rank_metrics))
-    metrics["perf/rank_peak_rss_mb"] = float(max(m["perf/rank_peak_rss_mb"] for m in rank_metrics))
+    for key in ("perf/rank_peak_rss_mb", "perf/rank_peak_device_mb"):  # the largest rank is what must fit
+        if key in rank_metrics[0]:
+            metrics[key] = float(max(m[key] for m in rank_metrics))
     waits = [w + m["time/rank_data_wait_s"] for w, m in zip(rank_waits, rank_metrics)]
     metrics.update(_data_metrics(cluster, len(generated.group_order()), waits, collected.rollout_stats))
     metrics["perf/vision_passes_per_prompt"] = ((metrics["perf/rank_vision_passes"] + metrics.pop("perf/rollout_vision_passes"))

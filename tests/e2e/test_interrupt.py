@@ -20,7 +20,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 EVR1 = str(Path(os.sys.executable).parent / "evr1")
-OVERRIDES = ["run.name=ctl", "data.synth.n=8", "data.synth.heldout=2", "trainer.steps=6", "trainer.warmup_sft_steps=1",
+# 200 clips make the cache stage last about a second and a half (it is 0.2 s with 8), so the interrupt
+# sent on seeing "cache" lands inside it; training and eval sizes do not depend on it.
+OVERRIDES = ["run.name=ctl", "data.synth.n=200", "data.synth.heldout=2", "trainer.steps=6", "trainer.warmup_sft_steps=1",
              "trainer.prompts_per_step=2", "rollout.n=2", "trainer.world_size=1", "rollout.max_new_tokens=4",
              "trainer.save_every=1", "eval.max_new_tokens=4", "cache.workers=0"]
 
@@ -40,7 +42,7 @@ def _wait_for(status: Path, stage: str, proc: subprocess.Popen, timeout: float =
                 return s
         except (OSError, ValueError):
             pass
-        time.sleep(0.2)
+        time.sleep(0.02)
     raise AssertionError(f"the run never reached {stage} (exit {proc.poll()})")
 
 
