@@ -263,6 +263,11 @@ def run(config: Annotated[Path, typer.Argument(metavar="CONFIG", help="the YAML 
     if not interrupt.in_child():  # the flow runs in a child of its own session (Ctrl-C: cli/interrupt.py)
         os.environ[STARTED_ENV] = str(_process_started())
         os.environ[SPAWNED_ENV] = str(time.time())
+        if cfg.tracking.enabled:  # a new MLflow store is created while the child starts Prefect
+            from evr1.tracking.store_init import default_tracking_uri, start_store_init
+
+            start_store_init(cfg.tracking.uri or default_tracking_uri(cfg.run_dir()),
+                             log=cfg.run_dir() / "logs" / "mlflow-store-init.log")
         code = interrupt.supervise(_ARGV, cfg.run_dir())
         if code == 130 and cfg.tracking.enabled:
             _close_killed_runs(cfg)

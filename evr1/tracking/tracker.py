@@ -21,12 +21,7 @@ import mlflow
 from mlflow.tracking import MlflowClient
 
 from evr1.cluster.processes import same_process, started
-
-
-def default_tracking_uri(run_dir: Path) -> str:
-    """SQLite under the run folder: the file store is in maintenance mode in MLflow 3.17."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{(run_dir / 'mlflow.db').resolve()}"
+from evr1.tracking.store_init import default_tracking_uri, store_lock
 
 
 _HELD = (signal.SIGINT, signal.SIGTERM)
@@ -75,10 +70,11 @@ class Tracker:
             return
         mlflow.set_tracking_uri(uri)
         client = MlflowClient(uri)
-        exp = client.get_experiment_by_name(experiment)
-        if exp is None:
-            location = artifact_root.resolve().as_uri() if artifact_root else None
-            client.create_experiment(experiment, artifact_location=location)
+        with store_lock(uri):  # a new store may be being created by `evr1 run`'s store_init process
+            exp = client.get_experiment_by_name(experiment)
+            if exp is None:
+                location = artifact_root.resolve().as_uri() if artifact_root else None
+                client.create_experiment(experiment, artifact_location=location)
         mlflow.set_experiment(experiment)
 
     @classmethod
