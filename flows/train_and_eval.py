@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from prefect import flow, get_run_logger
 
 from evr1.config import ConfigError, load_config, preflight
+from evr1.eval.evaluate import suite_problems
 from evr1.pipeline.results import StageResult
 from tasks import stages
 
@@ -26,7 +27,8 @@ def train_and_eval(config: str = "conf/tiny.yaml", overrides: list[str] | None =
     rec = stages.Recorder(datetime.now(timezone.utc))
     cfg = load_config(config, overrides or [])
     log = get_run_logger()
-    problems = preflight(cfg)  # before any stage: a missing file or an unreachable service, named at once
+    # before any stage: a missing file or an unreachable service, named at once
+    problems = preflight(cfg) + suite_problems(cfg)
     if problems:
         raise ConfigError("\n".join(f"{config}: {p}" for p in problems))
     run = {name: stages.forced(getattr(stages, name), force) for name in STAGES}

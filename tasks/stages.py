@@ -277,11 +277,16 @@ def _missing_outputs(result: StageResult | list[StageResult]) -> list[str]:
     return [p for r in results if isinstance(r, StageResult) for p in r.missing_outputs()]
 
 
-def _row(key: str, result: StageResult | None, seen: dict | None) -> run_summary.StageRow:
+def _row(key: str, result: StageResult | None, seen: dict | None, benchmarks: list[str] = []) -> run_summary.StageRow:
     status, seconds = (seen["status"], seen["seconds"]) if seen else ("skipped", None)
     outputs = ([result.uri + (f" (v{result.version})" if result.version is not None else "")]
                if result and result.uri else [])
     note = (seen or {}).get("note") or (result.extra.get("note", "") if result and status == "ran" else "")
+    # One task evaluates every benchmark, so its failure is recorded for each: the benchmark the error
+    # names failed; the others did not finish because of it (not "failed" on an error of their own).
+    culprit = note.split(":", 1)[0]
+    if status == "failed" and key.startswith("eval-") and culprit in benchmarks and culprit != key[len("eval-"):]:
+        status, seconds, note = "skipped", None, f"the eval stage failed on {culprit}"
     return run_summary.StageRow(key, status, seconds, dict(result.metrics) if result else {}, outputs, note)
 
 
@@ -297,7 +302,8 @@ def summarize(cfg: Config, results: dict[str, StageResult], recorded: dict[str, 
     ran or cached, its duration, headline metrics, outputs, and the MLflow and Prefect links."""
     flow_run_id = _run_key()
     names = [k for k in list(results) + [s for s in (stages or []) if s not in results] if k != "eval"]
-    rows = [_row(k, results.get(k), recorded.get(k) or recorded.get(_task_of(k))) for k in names]
+    benchmarks = [k[len("eval-"):] for k in names if k.startswith("eval-")]
+    rows = [_row(k, results.get(k), recorded.get(k) or recorded.get(_task_of(k)), benchmarks) for k in names]
     links: dict[str, str] = {}
     tr = pipeline.tracker(cfg, flow_run_id)
     if tr.enabled and tr.parent_run_id:

@@ -292,6 +292,11 @@ def run(config: Annotated[Path, typer.Argument(metavar="CONFIG", help="the YAML 
                 progress.sinks(progress.StatusFile(os.environ[interrupt.STATUS_ENV])):
             results = train_and_eval(str(config), list(overrides or []),
                                      force=True if "all" in (force or []) else list(force or []))
+    except Exception:  # the error's own line follows (evr1's handler); first, where to read the rest
+        if (root / "summary.md").exists():
+            print(f"evr1: run summary (what ran, what failed and why): {root / 'summary.md'}; "
+                  f"Prefect's log: {root / 'logs' / 'prefect.log'}", file=sys.stderr)
+        raise
     finally:
         progress.end_lead_in()
         from evr1.tracking import timings as timing

@@ -159,6 +159,36 @@ def video_root(cfg: Config, bench: Benchmark) -> str | None:
     return str(Path(e.data_dir) / bench.video_root)
 
 
+def suite_problems(cfg: Config) -> list[str]:
+    """What would stop `eval.benchmarks` from loading, one line each, checked before any stage runs: an
+    unknown name, an annotation file that is not there, a benchmark without a video folder. Without it
+    a missing `mvbench.json` is found after training, by the eval stage. (Here, not in
+    evr1.config.preflight: the registry imports the model code, seconds that `evr1 run`'s first
+    process does not spend; the flow's process has it loaded.)"""
+    from evr1.eval.benchmark import get_benchmark
+
+    e, problems = cfg.eval, []
+    for i, name in enumerate(e.benchmarks if e.enabled else []):
+        key = f"eval.benchmarks[{i}]={name}"
+        try:
+            bench = get_benchmark(name)
+        except KeyError as exc:
+            problems.append(f"{key}: {exc.args[0]}")
+            continue
+        if bench.extra.get("single_profile") or bench.load_fn is not None:
+            continue  # the run's own held-out split, or a loader of its own
+        if name not in e.files:  # eval.files.<name> is checked by evr1.config.preflight
+            try:
+                bench.find(e.annotations_dir)
+            except (ValueError, FileNotFoundError) as exc:
+                problems.append(f"{key}: {exc} (set eval.annotations_dir or eval.files.{name})")
+        try:
+            video_root(cfg, bench)
+        except ValueError as exc:
+            problems.append(f"{key}: {exc}")
+    return problems
+
+
 def load_items(cfg: Config, bench: Benchmark, samples_uri: str | None = None) -> list[dict]:
     """The benchmark's items: the held-out split of `samples_uri`, or its annotation file."""
     if bench.extra.get("single_profile"):

@@ -61,7 +61,7 @@ def rollout_rows(step: int, batch: "Rollout", advantages: Sequence[float] | None
             "response": shorten(batch.texts[i], RESPONSE_CHARS),
             "offline": bool(batch.offline[i]) if batch.offline else False,
             **_scores(batch.scores[i]),
-            "advantage": float(advantages[i]) if advantages is not None else None,
+            "advantage": round(float(advantages[i]), 4) if advantages is not None else None,  # read, not computed on
             "length": len(batch.responses[i]), "truncated": bool(batch.truncated[i]),
         })
     return rows

@@ -29,3 +29,17 @@ def test_a_failed_stage_says_why_and_a_resumed_one_says_where():
     md = render("x", rows)
     assert "| train | ran: resumed at step 3 | 10.0 s |" in md
     assert "| merge | **failed**: checkpoint \\| step_3 has no weights | 1.0 s |" in md
+
+
+def test_an_eval_suite_failure_is_the_failing_benchmarks_not_every_benchmarks():
+    """One task evaluates every benchmark: the benchmark its error names failed; the others read "not
+    reached" with the reason, not "failed" with another benchmark's error (issue 35's screenshot)."""
+    from tasks.stages import _row
+
+    seen = {"status": "failed", "seconds": 0.3, "note": "mvbench: none of ['mvbench.json'] in /data"}
+    rows = [_row(f"eval-{b}", None, seen, ["heldout", "mvbench"]) for b in ("heldout", "mvbench")]
+    assert (rows[0].status, rows[0].note) == ("skipped", "the eval stage failed on mvbench")
+    assert (rows[1].status, rows[1].seconds, rows[1].note) == ("failed", 0.3, seen["note"])
+    other = _row("eval-heldout", None, {"status": "failed", "seconds": 1.0, "note": "CUDA out of memory"},
+                 ["heldout", "mvbench"])
+    assert other.status == "failed"  # an error naming no benchmark stays on every row
