@@ -154,7 +154,10 @@ def trainer_overrides(args, data: Path, model_dir: Path, run_root: Path, dtype: 
             f"rollout.n={args.n}", f"rollout.max_new_tokens={args.max_new_tokens}", "rollout.batch_size=1",
             f"trainer.world_size={args.world_size}", f"trainer.micro_batch_size={args.n}", "trainer.warmup_sft_steps=0",
             "trainer.save_every=0", "trainer.val_every=0", f"trainer.device={args.device}", "trainer.lr=1e-5",
-            "trainer.resume=false", *budget(args)]
+            "trainer.resume=false",
+            # the old log-prob pass runs, as in any update that is not strictly on-policy: what
+            # prefix_sharing_logprob_speedup times (auto would skip it here, one mini-batch, one epoch)
+            "trainer.skip_old_log_probs=false", *budget(args)]
 
 
 def budget(args) -> list[str]:

@@ -1,7 +1,9 @@
-"""The `data`, `data.synth` and `cache` sections: what is read, and how its frames are sampled and stored."""
+"""The `data`, `data.synth`, `data.stratify` and `cache` sections: what is read, how training batches
+are drawn from it, and how its frames are sampled and stored."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import fields
 from typing import Literal
 
@@ -24,6 +26,35 @@ class SynthConfig(Section):
     # Only these kinds, in equal shares (e.g. the learning task's colour, direction, flashes, appears:
     # evr1/data/synth_tasks.py); empty: the default mix of every video kind plus `image_fraction` images.
     kinds: list[str] = []
+    # A test split of this many items (kinds in equal shares, like the other splits), from seeds of
+    # its own and pixel-distinct from the train and held-out items, written beside them as
+    # test.jsonl: scored once at the end, never used for validation during training. 0: none.
+    test: int = Field(0, ge=0)
+
+
+class StratifyConfig(Section):
+    """Training batches that hold each value of a sample field in proportion to weights
+    (evr1/train/prompt_source.py, `StratifiedSource`)."""
+
+    # A sample field (a column such as `problem_type`, or a record field kept in `extra` such as
+    # `synth_kind` or `data_source`), or `family`: the task family of the per-family metrics
+    # (`synth_kind` when a sample has one, else its problem type).
+    by: str
+    # equal: every value an equal share; a mapping value → relative weight (values it does not name
+    # weigh 1); adaptive: value v weighs (1 − z̄_v) + floor, z̄_v the moving average of the share of
+    # its groups with zero advantage (all responses rewarded alike), so a family that teaches nothing
+    # is drawn less, never dropped.
+    weights: Literal["equal", "adaptive"] | dict[str, float] = "equal"
+    floor: float = Field(0.1, gt=0.0)
+    smoothing: float = Field(0.1, gt=0.0, le=1.0)  # the moving average's factor per observed step
+
+    @model_validator(mode="after")
+    def _weights(self) -> "StratifyConfig":
+        if isinstance(self.weights, dict):
+            bad = {v: w for v, w in self.weights.items() if not math.isfinite(w) or w < 0}
+            if bad or not any(w > 0 for w in self.weights.values()):
+                raise ValueError(f"data.stratify.weights: each ≥ 0 and finite, one > 0 (got {self.weights})")
+        return self
 
 
 class DataConfig(Section):
@@ -41,6 +72,8 @@ class DataConfig(Section):
     # trajectory (a string, the whole response text); with `has_offline_trajectory` true it replaces
     # the last of the sample's n responses (algorithm.offline_ratio of such samples). None: off.
     offline_key: str | None = None
+    # Batches stratified by a sample field (e.g. `by: family`); None: every sample once per epoch.
+    stratify: StratifyConfig | None = None
 
     @model_validator(mode="after")
     def _has_source(self) -> "DataConfig":

@@ -12,7 +12,7 @@ from evr1.config.base import Section
 from evr1.config.data import CacheConfig, DataConfig
 from evr1.config.eval import EvalConfig
 from evr1.config.model import ModelConfig
-from evr1.config.train import AlgorithmConfig, RewardConfig, RolloutConfig, TrainerConfig
+from evr1.config.train import AlgorithmConfig, RewardConfig, RolloutConfig, TrainerConfig, off_policy_reasons
 
 
 class RunConfig(Section):
@@ -128,6 +128,9 @@ class Config(Section):
                              "longest prompt + response you run (e.g. data.max_prompt_tokens + rollout.max_new_tokens)")
         if a.use_kl_loss and a.use_kl_in_reward:
             raise ValueError("algorithm: use_kl_loss and use_kl_in_reward both apply a KL penalty; choose one")
+        if t.skip_old_log_probs is True and (why := off_policy_reasons(a, self.rollout, t)):
+            raise ValueError("trainer: skip_old_log_probs is true, but the update is not strictly on-policy, so its old "
+                             f"log-probs are not its own: {'; '.join(why)}. Set it to auto or false")
         mini = self.trainer.mini_batch_size
         batch = self.trainer.prompts_per_step * self.rollout.n
         if mini is not None and (batch % mini or mini % self.trainer.world_size):
@@ -139,6 +142,12 @@ class Config(Section):
                 f"= {self.trainer.world_size} so every FSDP rank gets the same number of sequences"
             )
         return self
+
+    def skips_old_log_probs(self) -> bool:
+        """Whether the trainer skips the old log-prob pass (`trainer.skip_old_log_probs`, auto resolved)."""
+        if self.trainer.skip_old_log_probs == "auto":
+            return not off_policy_reasons(self.algorithm, self.rollout, self.trainer)
+        return bool(self.trainer.skip_old_log_probs)
 
     def run_dir(self) -> Path:
         return Path(self.run.root) / self.run.name

@@ -104,10 +104,16 @@ class AlgorithmConfig(Section):
     gamma: float = Field(1.0, ge=0.0, le=1.0)
     # GDPO normalises each of these reward components per group before summing them.
     gdpo_reward_keys: list[str] = ["accuracy", "format"]
-    policy_loss: Literal["ppo", "gspo", "cispo", "sapo"] = "ppo"
+    policy_loss: Literal["ppo", "clip_cov", "gspo", "cispo", "sapo"] = "ppo"
     clip_ratio_low: float | None = None
     clip_ratio_high: float | None = None
     clip_ratio_dual: float | None = 3.0
+    # Clip-Cov (policy_loss: clip_cov): the share of valid tokens, drawn at random among those whose
+    # covariance (A − mean A)·(log π − mean log π) lies in (clip_cov_lb, clip_cov_ub), whose gradient is
+    # removed (verl's defaults). Acts on-policy too (docs/rl.md).
+    clip_cov_ratio: float = Field(2e-4, ge=0.0, le=1.0)
+    clip_cov_lb: float = 1.0
+    clip_cov_ub: float = 5.0
     tau_positive: float | None = None
     # Mixed offline-online: the share of samples with an offline trajectory whose n-th response is
     # that trajectory (data.offline_key names the field). 0 turns the mode off.
@@ -140,9 +146,17 @@ class AlgorithmConfig(Section):
     overlong_buffer_len: int = Field(0, ge=0)
     overlong_penalty_factor: float = Field(1.0, ge=0.0)
 
+    @model_validator(mode="after")
+    def _clip_cov_band(self) -> AlgorithmConfig:
+        if not self.clip_cov_lb < self.clip_cov_ub:
+            raise ValueError(f"algorithm: clip_cov_lb ({self.clip_cov_lb}) must be below clip_cov_ub ({self.clip_cov_ub})")
+        return self
+
     def loss_options(self) -> dict:
         """The options that belong to the chosen policy loss (others would be rejected by evr1.rl)."""
         keys = {"ppo": ("clip_ratio_low", "clip_ratio_high", "clip_ratio_dual"),
+                "clip_cov": ("clip_ratio_low", "clip_ratio_high", "clip_ratio_dual", "clip_cov_ratio", "clip_cov_lb",
+                             "clip_cov_ub"),
                 "gspo": ("clip_ratio_low", "clip_ratio_high"),
                 "cispo": ("clip_ratio_low", "clip_ratio_high"),
                 "sapo": ("tau_positive", "tau_negative")}[self.policy_loss]
@@ -153,9 +167,37 @@ class AlgorithmConfig(Section):
             out["loss_scale_factor"] = self.loss_scale_factor
         return out
 
+    @property
+    def needs_reference(self) -> bool:
+        """Whether the update needs the reference policy's log-probs (a KL loss or KL in the reward)."""
+        return (self.use_kl_loss and self.kl_loss_coef > 0) or self.use_kl_in_reward
+
     def estimator_options(self) -> dict:
         return {"grpo": {"std": self.std}, "gdpo": {"std": self.std},
                 "reinforce_plus_plus": {"gamma": self.gamma}}.get(self.adv_estimator, {})
+
+
+def off_policy_reasons(algorithm: AlgorithmConfig, rollout: RolloutConfig, trainer: TrainerConfig) -> list[str]:
+    """Why the update's "old" log-probs may differ from its own, detached ones (empty: strictly on-policy).
+
+    Old log-probs are the policy's before the update. They equal the update's own only when every
+    token is trained once, in one optimizer step, on the policy that just generated it, and nothing
+    needs them before the update starts.
+    """
+    reasons = []
+    if trainer.ppo_epochs > 1:
+        reasons.append(f"trainer.ppo_epochs is {trainer.ppo_epochs} (later epochs update a policy that has moved)")
+    batch = trainer.prompts_per_step * rollout.n
+    if trainer.mini_batch_size is not None and trainer.mini_batch_size < batch:
+        reasons.append(f"trainer.mini_batch_size {trainer.mini_batch_size} < prompts_per_step × rollout.n = {batch} "
+                       "(several optimizer steps per batch)")
+    if trainer.staleness > 0:
+        reasons.append(f"trainer.mode is {trainer.mode} (generation runs ahead of the trained policy)")
+    if rollout.correction.enabled:
+        reasons.append("rollout.correction is enabled (its weights π_old / π_rollout are computed before the update)")
+    if algorithm.use_kl_in_reward:
+        reasons.append("algorithm.use_kl_in_reward is true (the rewards take KL(old, ref) before the update)")
+    return reasons
 
 
 class RewardConfig(Section):
@@ -182,6 +224,15 @@ class RewardConfig(Section):
             )
         return self
 
+    # Temporal grounding's training reward: iou (its accuracy) or tiou_distance (Time-R1's IoU times
+    # penalties on the start and end distances over the clip's duration; docs/rewards.md). Training
+    # only: `accuracy`, validation and the held-out metric stay plain IoU.
+    grounding: Literal["iou", "tiou_distance"] = "iou"
+
+    def shaping(self) -> dict[str, str]:
+        """The `shaping` argument of `evr1.rewards.compute_scores` these options ask for."""
+        return {} if self.grounding == "iou" else {"temporal grounding": self.grounding}
+
 
 class TrainerConfig(Section):
     steps: int = Field(4, ge=1)
@@ -201,6 +252,11 @@ class TrainerConfig(Section):
     prompts_per_step: int = Field(2, ge=1)
     micro_batch_size: int = Field(4, ge=1)
     ppo_epochs: int = Field(1, ge=1)
+    # The "old" log-prob pass before the update. On a strictly on-policy update (one mini-batch, one
+    # epoch, synchronous, no rollout correction, no KL in the reward: `off_policy_reasons`) the old
+    # log-probs are the update's own, detached, so the pass is skipped and the update uses those.
+    # auto: skip exactly then; true: skip, and a config that is not strictly on-policy is an error; false: never.
+    skip_old_log_probs: Literal["auto"] | bool = "auto"
     # Responses per optimizer step over all ranks (EasyR1's global batch); None: one step per epoch.
     mini_batch_size: int | None = Field(None, ge=1)
     # How long a rank waits in a collective for a peer before failing (instead of hanging).

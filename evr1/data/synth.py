@@ -116,7 +116,7 @@ IMAGE_KINDS: dict[str, Callable[[Canvas, np.random.Generator], Item]] = {
 }
 KINDS = {**VIDEO_KINDS, **IMAGE_KINDS}  # the default mix
 ALL_KINDS = {**KINDS, **LEARNING_KINDS}  # what `kinds=` may name
-SPLITS = ("train", "heldout")
+SPLITS = ("train", "heldout", "test")  # in this order: each split's items are pixel-distinct from the earlier ones
 
 
 class SynthReport(BaseModel):
@@ -128,6 +128,7 @@ class SynthReport(BaseModel):
     image_dir: str
     counts: dict[str, dict[str, int]]  # split → problem_type → n
     kinds: dict[str, dict[str, int]]  # split → kind (see KINDS) → n
+    test_path: str | None = None  # test.jsonl, when a test split was asked for
 
 
 def _schedule(n: int, image_fraction: float, rng: np.random.Generator, only: list[str] | None = None) -> list[str]:
@@ -157,11 +158,13 @@ def _fresh(kind: str, geo: Canvas, key: list[int], taken: set[str] | None, tries
     return item
 
 
-def _split_sizes(n: int, heldout: int | float) -> dict[str, int]:
+def _split_sizes(n: int, heldout: int | float, test: int = 0) -> dict[str, int]:
     n_heldout = heldout if isinstance(heldout, int) else int(round(n * heldout))
     if not 0 <= n_heldout <= n:
         raise ValueError(f"heldout={heldout!r} gives {n_heldout} held-out samples out of n={n}")
-    return {"train": n - n_heldout, "heldout": n_heldout}
+    if test < 0:
+        raise ValueError(f"test={test!r}: a number of test samples, ≥ 0")
+    return {"train": n - n_heldout, "heldout": n_heldout, **({"test": test} if test else {})}
 
 
 def make_synthetic(
@@ -175,6 +178,7 @@ def make_synthetic(
     fps: int = 8,
     seconds: float = 2.0,
     kinds: list[str] | None = None,
+    test: int = 0,
 ) -> SynthReport:
     """Write `n` questions (videos, PNGs, `train.jsonl`, `heldout.jsonl`) under `out_dir`.
 
@@ -182,6 +186,10 @@ def make_synthetic(
     paths in the JSONL are relative to `out_dir`; every sample has its own file, so splits share
     no video and no `problem_id`. `kinds` (names in `KINDS`) replaces the default mix: equal shares
     of those kinds, `image_fraction` unused (the learning task, evr1/data/synth_tasks.py).
+    `test` more questions (beyond `n`) go to `test.jsonl`: a split scored once at the end, drawn
+    from seeds of its own after the other two (which it leaves unchanged) and, like the held-out
+    split, redrawn where its pixels equal an earlier item's. Video records carry their `duration`
+    in seconds (the temporal-grounding training reward normalises by it).
     """
     unknown = sorted(set(kinds or []) - set(ALL_KINDS))
     if unknown:
@@ -198,11 +206,11 @@ def make_synthetic(
     counts: dict[str, Counter[str]] = {}
     kind_counts: dict[str, Counter[str]] = {}
     paths: dict[str, Path] = {}
-    for split_index, (split, size_n) in enumerate(_split_sizes(n, heldout).items()):
+    for split_index, (split, size_n) in enumerate(_split_sizes(n, heldout, test).items()):
         schedule = _schedule(size_n, image_fraction, np.random.default_rng([seed, split_index]), kinds)
         lines, types = [], []
         for i, kind in enumerate(schedule):
-            item = _fresh(kind, geo, [seed, split_index, i], seen if split == "heldout" else None)
+            item = _fresh(kind, geo, [seed, split_index, i], seen if split != "train" else None)
             seen.add(_digest(item.medium))
             problem_id = f"synth-{split}-{i:05d}"
             if item.data_type == "video":
@@ -223,6 +231,8 @@ def make_synthetic(
                 "data_source": "synthetic",
                 "synth_kind": item.kind,
             }
+            if item.data_type == "video":
+                record["duration"] = geo.frames / fps
             if item.answer_space:
                 record["answer_space"] = item.answer_space
             if item.trajectory:
@@ -237,6 +247,7 @@ def make_synthetic(
     return SynthReport(
         train_path=str(paths["train"]),
         heldout_path=str(paths["heldout"]),
+        test_path=str(paths["test"]) if "test" in paths else None,
         video_dir=str(video_dir),
         image_dir=str(image_dir),
         counts={s: dict(c) for s, c in counts.items()},

@@ -41,7 +41,8 @@ def stage_ingest(cfg: Config, *, run_key: str | None = None) -> StageResult:
         if d.synth is not None:
             s = d.synth
             rep = make_synthetic(p["data"] / "synth", s.n, seed=s.seed, heldout=s.heldout,
-                                 image_fraction=s.image_fraction, size=tuple(s.size), fps=s.fps, seconds=s.seconds, kinds=s.kinds or None)
+                                 image_fraction=s.image_fraction, size=tuple(s.size), fps=s.fps, seconds=s.seconds, kinds=s.kinds or None,
+                                 test=s.test)  # test.jsonl beside them: not ingested, scored once at the end
             train_files, eval_files, root = [str(rep.train_path)], [str(rep.heldout_path)], str(p["data"] / "synth")
         samples_uri, rejects_uri = str(p["lance"] / "samples"), str(p["lance"] / "rejects")
         prompt_limit = limit_for_config(cfg)  # over-long records are rejected with their length

@@ -3,7 +3,8 @@
     compute_score(response, sample) -> {"overall", "accuracy", "format"}
     compute_scores(responses, samples, workers=…, timeout=…) -> BatchResult(scores, metrics, …)
 
-`overall = accuracy_weight·accuracy + format_weight·format`. Families register themselves with
+`overall = accuracy_weight·accuracy + format_weight·format` (a family's training reward from
+`@register_shaping` may stand in for accuracy there, `shaping=`). Families register themselves with
 `@register(name, *aliases)`; `resolve` / `known_problem_types` tell ingestion which
 `problem_type`s exist. See docs/rewards.md.
 """
@@ -24,12 +25,16 @@ from evr1.rewards.batch import BatchResult, compute_scores, shutdown_pools
 from evr1.rewards.registry import (
     Family,
     FamilyResult,
+    check_shaping,
     families,
     get_family,
+    get_shaping,
     known_problem_types,
     load_reward_function,
     register,
+    register_shaping,
     resolve,
+    shapings,
 )
 from evr1.rewards.sandbox import (
     SandboxUnavailable,
@@ -53,15 +58,19 @@ __all__ = [
     "SandboxUnavailable",
     "TestForm",
     "UnjudgeableTests",
+    "check_shaping",
     "check_weights",
     "classify_tests",
     "compute_score",
     "compute_scores",
     "families",
     "get_family",
+    "get_shaping",
     "known_problem_types",
     "load_reward_function",
     "register",
+    "register_shaping",
     "resolve",
+    "shapings",
     "shutdown_pools",
 ]

@@ -28,6 +28,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from evr1.rewards.registry import (
+    check_shaping,
     families,
     family_for,
     load_reward_function,
@@ -49,6 +50,7 @@ _POLL = 0.2
 
 Item = tuple[int, Any, Any]  # (index, response, sample)
 Outcome = tuple[int, dict[str, float], ItemInfo]
+Shaping = tuple[tuple[str, str], ...]  # `registry.check_shaping`'s form
 
 
 @dataclass
@@ -76,11 +78,11 @@ def _failed(index: int, sample: Any, weights: RewardWeights, *, timed_out: bool,
     return index, _zero(weights), ItemInfo(family.name, known, label, timed_out, error)
 
 
-def _score_guarded(item: Item, weights: RewardWeights, timeout: float | None) -> Outcome:
+def _score_guarded(item: Item, weights: RewardWeights, timeout: float | None, shaping: Shaping = ()) -> Outcome:
     index, response, sample = item
     try:
         with time_limit(timeout):
-            scores, info = score_item(response, sample, weights, timeout)
+            scores, info = score_item(response, sample, weights, timeout, shaping)
     except ItemTimeout:
         return _failed(index, sample, weights, timed_out=True, error=None)
     return index, scores, info
@@ -96,7 +98,7 @@ def _score_guarded(item: Item, weights: RewardWeights, timeout: float | None) ->
 
 
 def serve_pool(requests: Connection, replies: Connection) -> None:
-    """Worker loop: ("init", plugins, modules) once, then ("chunk", blobs, weights, timeout)."""
+    """Worker loop: ("init", plugins, modules) once, then ("chunk", blobs, weights, timeout, shaping)."""
     _, plugins, modules = requests.recv()
     import evr1.rewards  # noqa: F401  (registers the built-in families)
 
@@ -107,7 +109,7 @@ def serve_pool(requests: Connection, replies: Connection) -> None:
     replies.send(("ready",))
     while True:
         try:
-            _, blobs, weights, timeout = requests.recv()
+            _, blobs, weights, timeout, shaping = requests.recv()
         except EOFError:
             return
         with guarded():
@@ -118,7 +120,7 @@ def serve_pool(requests: Connection, replies: Connection) -> None:
                     replies.send(("item", None, f"item could not be loaded in the worker: {exc!r}"))
                     continue
                 try:
-                    replies.send(("item", _score_guarded(item, weights, timeout), None))
+                    replies.send(("item", _score_guarded(item, weights, timeout, shaping), None))
                 except RewardHelperError as exc:  # scoring cannot work here: the caller raises
                     replies.send(("fatal", exc))
                     return
@@ -162,10 +164,11 @@ class _Worker:
             raise RewardHelperError(f"reward worker ({sys.executable} -m evr1.rewards._worker pool) did not start "
                                     f"within 120 s (exit status {status}); see its stderr above")
 
-    def submit(self, chunk: list[tuple[Item, bytes]], weights: RewardWeights, timeout: float | None) -> None:
+    def submit(self, chunk: list[tuple[Item, bytes]], weights: RewardWeights, timeout: float | None,
+               shaping: Shaping = ()) -> None:
         self.queue = [item for item, _ in chunk]
         self.since = time.monotonic()
-        self.send.send(("chunk", [blob for _, blob in chunk], weights, timeout))
+        self.send.send(("chunk", [blob for _, blob in chunk], weights, timeout, shaping))
 
     def kill(self) -> int | None:
         if self.proc.poll() is None:
@@ -252,7 +255,8 @@ def _inline_families() -> set[str]:
 
 
 def _run_pool(
-    items: list[Item], workers: int, weights: RewardWeights, timeout: float | None, chunk_size: int
+    items: list[Item], workers: int, weights: RewardWeights, timeout: float | None, chunk_size: int,
+    shaping: Shaping = (),
 ) -> dict[int, Outcome]:
     """Score `items` in the pool, surviving stuck items (their worker killed, the item timed out)
     and dying workers (the item a worker died on runs once more in a fresh worker; a second death
@@ -265,7 +269,7 @@ def _run_pool(
         sample = item[2]
         raw_type = sample.get("problem_type") if isinstance(sample, Mapping) else None
         if local and family_for(raw_type)[0].name in local:
-            results[item[0]] = _score_guarded(item, weights, timeout)
+            results[item[0]] = _score_guarded(item, weights, timeout, shaping)
             continue
         try:
             pending.append((item, pickle.dumps(item)))
@@ -288,7 +292,7 @@ def _run_pool(
                     while take < min(size, len(pending)) and pending[take][0][0] not in suspects:
                         take += 1
                     chunk, pending = pending[:take], pending[take:]
-                worker.submit(chunk, weights, timeout)
+                worker.submit(chunk, weights, timeout, shaping)
             busy = {w.conn: w for w in pool.workers if w.queue}
             for conn in wait(list(busy), timeout=_POLL):
                 worker = busy[conn]
@@ -343,6 +347,7 @@ def compute_scores(
     accuracy_weight: float = 0.9,
     format_weight: float = 0.1,
     chunk_size: int = 64,
+    shaping: Mapping[str, str] | None = None,
 ) -> BatchResult:
     """Score `responses[i]` against `samples[i]` for every i.
 
@@ -352,20 +357,23 @@ def compute_scores(
     `timeout` is the per-item limit in seconds (None: no limit; negative, zero, NaN or inf raise
     `ValueError`). A machine that cannot score an item at all (`SandboxUnavailable`,
     `RewardHelperError`) raises; every other failure is a 0 counted in the metrics.
+    `shaping` (`{family: name}`) forms `overall` from a registered training reward instead of the
+    accuracy of that family's items (`register_shaping`); `accuracy` is unchanged.
     """
     if len(responses) != len(samples):
         raise ValueError(f"compute_scores: {len(responses)} responses but {len(samples)} samples")
     weights = check_weights(accuracy_weight, format_weight)
     timeout = check_timeout(timeout)
+    shaped = check_shaping(shaping)
     started = time.perf_counter()
     if workers <= 1 or len(responses) <= 1:
         outcomes = []
         for index, (response, sample) in enumerate(zip(responses, samples, strict=True)):
-            scores, info = score_item(response, sample, weights, timeout)
+            scores, info = score_item(response, sample, weights, timeout, shaped)
             outcomes.append((index, scores, info))
     else:
         items = list(zip(range(len(responses)), responses, samples, strict=True))
-        by_index = _run_pool(items, workers, weights, timeout, chunk_size)
+        by_index = _run_pool(items, workers, weights, timeout, chunk_size, shaped)
         outcomes = [by_index[i] for i in range(len(responses))]
     return _collect(outcomes, time.perf_counter() - started)
 

@@ -6,6 +6,10 @@ coordinates (no +1). An interval with e < s or a box with x2 < x1 or y2 < y1 is 
 not parse (format 0.5) and scores 0. Box means are taken over the ground truth's seconds, so a
 second the prediction lacks counts 0 (the reference averaged over the common seconds only, which
 rewarded predicting a single box).
+
+Training rewards (`register_shaping`, chosen by `reward.grounding` for training only): temporal
+grounding's `tiou_distance`, Time-R1's IoU with penalties on the start and end distances
+(`distance_penalised_iou`). `accuracy`, and so validation and the held-out metric, stay plain IoU.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from functools import lru_cache
 from typing import Any
 
 from evr1.rewards.extract import load_json_object
-from evr1.rewards.registry import FamilyResult, register
+from evr1.rewards.registry import FamilyResult, register, register_shaping
 
 Interval = tuple[float, float]
 Box = tuple[float, float, float, float]
@@ -143,18 +147,61 @@ def _time_of(obj: dict | None) -> Interval | None:
     return as_interval(obj.get("time")) if obj is not None else None
 
 
-@register("temporal grounding", "temporal localization", "moment retrieval")
-def temporal_grounding(text: str, sample: Mapping[str, Any]) -> FamilyResult:
-    """1-D IoU of `time`; accuracy also reads a spoken range ("from 10 to 20 seconds")."""
+def _temporal_answer(text: str, sample: Mapping[str, Any]) -> tuple[Interval | None, Interval | None, bool]:
+    """(predicted, ground truth, parsed): the `time` of the answer's JSON, else a spoken range (which
+    counts for accuracy but not as parsed)."""
     obj = load_json_object(text)
     predicted = _time_of(obj)
     parsed = predicted is not None
     if predicted is None and (obj is None or "time" not in obj):
         predicted = spoken_interval(text)
-    truth = _time_of(_truth_object(sample["answer"]))
+    return predicted, _time_of(_truth_object(sample["answer"])), parsed
+
+
+@register("temporal grounding", "temporal localization", "moment retrieval")
+def temporal_grounding(text: str, sample: Mapping[str, Any]) -> FamilyResult:
+    """1-D IoU of `time`; accuracy also reads a spoken range ("from 10 to 20 seconds")."""
+    predicted, truth, parsed = _temporal_answer(text, sample)
     if predicted is None or truth is None:
         return FamilyResult(0.0, parsed)
     return FamilyResult(interval_iou(predicted, truth), parsed)
+
+
+def distance_penalised_iou(predicted: Interval, truth: Interval, duration: float | None = None) -> float:
+    """Time-R1's timestamp-aware IoU reward: IoU · (1 − |s − ŝ| / t) · (1 − |e − ê| / t).
+
+    From Wang et al., "Time-R1: Post-Training Large Vision Language Model for Temporal Video
+    Grounding" (2025, arXiv:2503.13377), the tIoU reward of its RL stage; the formula as its code
+    computes it (xiaomi-research/time-r1, `main.py`, `iou_timestamp_reward_v2`), with (s, e) the
+    ground truth, (ŝ, ê) the prediction and t the video's duration in seconds.
+
+    Why: plain IoU is 0 for every interval that misses the truth, however near, and on a clip cut
+    into k equal segments a contiguous hedge over m of them scores, in expectation, exactly what a
+    uniform guess does (both 1/k): nothing tells the policy to commit. The distance factors make a
+    near miss worth less than a hit and a wide hedge worth less than a guess.
+
+    `duration` None (or not a positive finite number): t = max(e, ê), the shortest clip starting at
+    0 that holds both intervals; shorter than the true clip, so the penalties are harsher than
+    Time-R1's. Each factor is clipped at 0 (an end more than t away), so the reward lies in [0, 1];
+    Time-R1's unclipped product can go below 0 only for a prediction outside the clip.
+    """
+    iou = interval_iou(predicted, truth)
+    t = duration if duration is not None and math.isfinite(duration) and duration > 0 else max(truth[1], predicted[1])
+    if iou <= 0.0 or t <= 0.0:
+        return 0.0
+    start = max(0.0, 1.0 - abs(truth[0] - predicted[0]) / t)
+    end = max(0.0, 1.0 - abs(truth[1] - predicted[1]) / t)
+    return iou * start * end
+
+
+@register_shaping("temporal grounding", "tiou_distance")
+def temporal_tiou_distance(text: str, sample: Mapping[str, Any]) -> float:
+    """`distance_penalised_iou` of the answer's `time`, normalised by the sample's `duration`
+    (seconds; the synthetic sets carry it), else by max(e, ê)."""
+    predicted, truth, _ = _temporal_answer(text, sample)
+    if predicted is None or truth is None:
+        return 0.0
+    return distance_penalised_iou(predicted, truth, _finite(sample.get("duration")))
 
 
 @register("spatial grounding", "visual grounding")

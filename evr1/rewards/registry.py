@@ -29,6 +29,8 @@ class FamilyResult(NamedTuple):
 
 
 FamilyFn = Callable[[str, Mapping[str, Any]], FamilyResult]
+# A training reward for a family that stands in for its accuracy in `overall` (never in `accuracy`).
+ShapingFn = Callable[[str, Mapping[str, Any]], float]
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ _FAMILIES: dict[str, Family] = {}  # canonical name -> family
 _ROUTES: dict[str, str] = {}  # normalised spelling -> canonical name
 _SPELLINGS: dict[str, str] = {}  # spelling as registered -> canonical name
 _PLUGIN_FILES: list[str] = []  # files loaded by load_reward_function, replayed in pool workers
+_SHAPINGS: dict[str, dict[str, ShapingFn]] = {}  # canonical family name -> shaping name -> function
 
 _KEY_SEP = re.compile(r"[\s_\-]+")
 
@@ -115,6 +118,54 @@ def get_family(name: str) -> Family:
     if canonical is None:
         raise KeyError(f"no reward family for problem_type {name!r}")
     return _FAMILIES[canonical]
+
+
+def register_shaping(family: str, name: str, *, replace: bool = False):
+    """Decorator: register `fn(answer_text, sample) -> float` (in [0, 1]) as the training reward
+    `name` of `family` (any spelling of a registered family).
+
+    Chosen per call (`compute_scores(..., shaping={family: name})`, the trainer's `reward.*`
+    options), it takes the place of the family's accuracy in `overall` only: `accuracy` stays the
+    family's metric, so validation and evaluation read the same number with or without it. It reads
+    the same text the family does (the answer tag's content, or the fallback answer).
+    """
+
+    def decorate(fn: ShapingFn) -> ShapingFn:
+        canonical = resolve(family)
+        if canonical is None:
+            raise ValueError(f"register_shaping({family!r}, {name!r}): no such family; register the family first")
+        if name in _SHAPINGS.get(canonical, {}) and not replace:
+            raise ValueError(f"register_shaping: {canonical!r} already has a shaping {name!r}; pass replace=True")
+        _SHAPINGS.setdefault(canonical, {})[name] = fn
+        return fn
+
+    return decorate
+
+
+def shapings(family: str) -> list[str]:
+    """The training rewards registered for `family` (any spelling), by name."""
+    return sorted(_SHAPINGS.get(resolve(family) or "", {}))
+
+
+def get_shaping(family: str, name: str) -> ShapingFn:
+    """A registered shaping of `family` (any spelling); KeyError naming the ones there are."""
+    known = _SHAPINGS.get(resolve(family) or "", {})
+    if name not in known:
+        raise KeyError(f"no shaping {name!r} for family {family!r} (registered: {sorted(known)})")
+    return known[name]
+
+
+def check_shaping(shaping: Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
+    """`{family (any spelling): shaping name}` checked (ValueError naming the unknown one) and put in
+    canonical, hashable form: ((canonical family, name), ...), sorted."""
+    out = {}
+    for family, name in (shaping or {}).items():
+        canonical = resolve(family)
+        if canonical is None or name not in _SHAPINGS.get(canonical, {}):
+            raise ValueError(f"shaping: no training reward {name!r} for family {family!r} "
+                             f"(registered: {shapings(family) if canonical else 'no such family'})")
+        out[canonical] = name
+    return tuple(sorted(out.items()))
 
 
 def known_problem_types() -> set[str]:

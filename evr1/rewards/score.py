@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evr1.rewards import extract
-from evr1.rewards.registry import Family, family_for
+from evr1.rewards.registry import Family, check_shaping, family_for, get_shaping
 from evr1.rewards.timeouts import (
     DEFAULT_TIMEOUT,
     ItemTimeout,
@@ -64,8 +64,12 @@ def score_item(
     sample: Any,
     weights: RewardWeights,
     timeout: float | None = DEFAULT_TIMEOUT,
+    shaping: tuple[tuple[str, str], ...] = (),
 ) -> tuple[dict[str, float], ItemInfo]:
-    """Score one response; returns the score dict and how it was scored."""
+    """Score one response; returns the score dict and how it was scored.
+
+    `shaping` (`check_shaping`'s form): per family, the training reward that stands in for accuracy
+    in `overall`; `accuracy` itself is always the family's."""
     timeout = check_timeout(timeout)
     if not isinstance(sample, Mapping):
         sample = {}
@@ -80,6 +84,7 @@ def score_item(
     view["answer"] = ground_truth  # families always see the unwrapped ground truth
 
     tag = extract.answer_tag(response)
+    shaped_by = dict(shaping).get(family.name)
     timed_out, error = False, None
     try:
         with item_timeout(timeout):
@@ -88,18 +93,20 @@ def score_item(
                 accuracy, parsed = _family_call(family, text, view)
                 format_score = 1.0 if parsed else 0.5
             else:
-                accuracy, _ = _family_call(family, extract.fallback_answer(response), view)
+                text = extract.fallback_answer(response)
+                accuracy, _ = _family_call(family, text, view)
                 format_score = 0.0
+            reward = _clip(get_shaping(family.name, shaped_by)(text, view)) if shaped_by else accuracy
     except ItemTimeout:
         accuracy, format_score, timed_out = 0.0, 0.0, True
     except RewardHelperError:
         raise  # scoring cannot work on this machine (no helper, no sandbox): never a silent 0 for every item
     except Exception as exc:  # a family bug or a pathological input: score 0, report it in metrics
         accuracy, format_score, error = 0.0, 0.0, f"{type(exc).__name__}: {exc}"
-    if not ground_truth:
-        accuracy = 0.0
+    if timed_out or error or not ground_truth:
+        accuracy = reward = 0.0
     scores = {
-        "overall": weights.overall(accuracy, format_score),
+        "overall": weights.overall(reward, format_score),
         "accuracy": accuracy,
         "format": format_score,
     }
@@ -113,6 +120,7 @@ def compute_score(
     accuracy_weight: float = 0.9,
     format_weight: float = 0.1,
     timeout: float | None = DEFAULT_TIMEOUT,
+    shaping: Mapping[str, str] | None = None,
 ) -> dict[str, float]:
     """Score one response against one sample: `{"overall", "accuracy", "format"}`, each in [0, 1].
 
@@ -122,9 +130,12 @@ def compute_score(
     process: `RewardHelperError`) raises; nothing in a response or a sample raises.
     `timeout` (seconds, or None for no limit) bounds the families that need it (math, code); an
     item that times out or fails scores 0 with a `RewardWarning` saying why.
+    `shaping` (`{family: name}`, e.g. `{"temporal grounding": "tiou_distance"}`) forms `overall`
+    from a registered training reward instead of the accuracy of that family's items
+    (`register_shaping`); `accuracy` is unchanged. An unknown one raises `ValueError`.
     """
     weights = check_weights(accuracy_weight, format_weight)
-    scores, info = score_item(response, sample, weights, timeout)
+    scores, info = score_item(response, sample, weights, timeout, check_shaping(shaping))
     if info.timed_out:
         warnings.warn(f"compute_score: {info.family} item exceeded its time limit ({timeout} s); scored 0",
                       RewardWarning, stacklevel=2)

@@ -1,4 +1,4 @@
-"""Policy-gradient losses: PPO clip (with DAPO's clip-higher and dual clip), GSPO, CISPO and SAPO.
+"""Policy-gradient losses: PPO clip (with DAPO's clip-higher and dual clip), Clip-Cov, GSPO, CISPO and SAPO.
 
 Each kind is a function from ``(log_probs, old_log_probs, advantages, mask, **options)`` to a
 per-token loss ``[B, L]`` and metrics; ``policy_loss`` dispatches on the name, aggregates with
@@ -19,6 +19,9 @@ trainer does not synchronise on every micro-batch); every kind reports the same 
 * ``approx_kl``: masked mean of ``old_log_probs − log_probs`` (k1 estimate of KL(old‖new)).
 * ``ratio_mean`` / ``ratio_min`` / ``ratio_max`` over valid tokens (GSPO: the sequence ratio);
   ``nan`` for min/max when no token is valid.
+
+Clip-Cov adds two of its own: ``clipcov_frac`` (the share of valid tokens whose gradient it
+removed) and ``clipcov_candidate_frac`` (the share whose covariance lay inside its band).
 """
 
 from __future__ import annotations
@@ -74,11 +77,11 @@ def policy_loss(
     loss_scale_factor: float | None = None,
     **options: Any,
 ) -> tuple[torch.Tensor, Metrics]:
-    """Policy loss ``(loss, metrics)`` for ``kind`` in ``ppo``, ``gspo``, ``cispo``, ``sapo``.
+    """Policy loss ``(loss, metrics)`` for ``kind`` in ``ppo``, ``clip_cov``, ``gspo``, ``cispo``, ``sapo``.
 
     ``log_probs``, ``old_log_probs``, ``response_mask``: ``[B, L]``; ``advantages``: ``[B, L]`` or
     ``[B]`` (broadcast over tokens). ``loss_agg_mode`` defaults to the kind's reference mode
-    (``token-mean`` for ppo/cispo, ``seq-mean-token-mean`` for gspo/sapo); ``global_token_count``,
+    (``token-mean`` for ppo/clip_cov/cispo, ``seq-mean-token-mean`` for gspo/sapo); ``global_token_count``,
     ``global_seq_count`` and ``loss_scale_factor`` go to ``aggregate_loss``. Other ``options`` are
     the kind's (clip ratios, taus); an unknown one is a ValueError.
     """
@@ -206,6 +209,85 @@ def ppo(
     ratio = _token_ratio(log_probs, old)
     loss, metrics = _clipped_surrogate(ratio, adv, mask, clip_ratio_low, clip_ratio_high, clip_ratio_dual)
     return loss, metrics | _ratio_stats(ratio, mask)
+
+
+@_register("clip_cov", default_agg_mode="token-mean")
+def clip_cov(
+    log_probs: torch.Tensor,
+    old: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.3,
+    clip_ratio_dual: float | None = 3.0,
+    clip_cov_ratio: float = 2e-4,
+    clip_cov_lb: float = 1.0,
+    clip_cov_ub: float = 5.0,
+    clip_cov_seed: int = 0,
+) -> tuple[torch.Tensor, Metrics]:
+    """Clip-Cov (Cui et al. 2025, "The Entropy Mechanism of Reinforcement Learning for Reasoning
+    Language Models"): PPO's clipped surrogate, with the gradient of a few high-covariance tokens removed.
+
+    Entropy falls when the tokens the policy already favours get positive advantages: the change of
+    entropy follows ``−Cov(log π, A)``. Per token, ``cov = (A − mean A)·(log_probs − mean log_probs)``,
+    the means over the valid tokens of this call (verl: of its micro-batch). Among the valid tokens
+    whose PPO clip leaves the gradient in place and whose ``cov`` lies strictly inside
+    ``(clip_cov_lb, clip_cov_ub)``, ``k = max(1, ⌊clip_cov_ratio · valid tokens⌋)`` (``0`` when
+    ``clip_cov_ratio`` is 0; at most the candidates) are drawn uniformly at random, and their loss is
+    set to 0, so they carry no gradient; every other token keeps PPO's exact loss and gradient.
+    ``clip_cov_ratio=0`` is PPO. The draw comes from a CPU generator seeded with ``clip_cov_seed``, so
+    a seed gives the same tokens on every machine (the trainer derives one per micro-batch from the
+    run seed and the step).
+
+    It works on-policy: the choice needs only advantages and log-probs, not a ratio away from 1, so
+    with one mini-batch and one epoch (ratio exactly 1, where clip-higher, the dual clip and GSPO's
+    clip change nothing) it still acts. Defaults are verl's (``clip_cov_ratio`` 2e-4, band (1, 5));
+    the clip ranges are PPO's here.
+    """
+    if not 0.0 <= clip_cov_ratio <= 1.0:
+        raise ValueError(f"clip_cov_ratio must be in [0, 1], got {clip_cov_ratio!r}")
+    if not clip_cov_lb < clip_cov_ub:
+        raise ValueError(f"clip_cov_lb must be below clip_cov_ub, got {clip_cov_lb!r} and {clip_cov_ub!r}")
+    ratio = _token_ratio(log_probs, old)
+    loss, metrics = _clipped_surrogate(ratio, adv, mask, clip_ratio_low, clip_ratio_high, clip_ratio_dual)
+    chosen, candidates = _covariance_tokens(log_probs.detach(), adv, mask, loss.detach() != (-adv * ratio).detach(),
+                                            clip_cov_ratio, clip_cov_lb, clip_cov_ub, clip_cov_seed)
+    loss = torch.where(chosen, torch.zeros_like(loss), loss)
+    metrics["clipcov_frac"] = _fraction(chosen, mask)
+    metrics["clipcov_candidate_frac"] = _fraction(candidates, mask)
+    return loss, metrics | _ratio_stats(ratio, mask)
+
+
+def _covariance_tokens(
+    log_probs: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    clipped: torch.Tensor,
+    ratio: float,
+    low: float,
+    high: float,
+    seed: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the tokens Clip-Cov removes, its candidates), both bool ``[B, L]`` (see ``clip_cov``).
+
+    The draw ranks the candidates by uniform keys from a seeded CPU generator: the ``k`` largest keys
+    are a uniform sample without replacement. ``k`` needs two host reads (valid and candidate counts).
+    """
+    centred_adv = adv - masked_mean(adv, mask)
+    centred_logp = log_probs - masked_mean(log_probs, mask)
+    cov = centred_adv * centred_logp
+    candidates = mask & ~clipped & (cov > low) & (cov < high)
+    valid, available = int(mask.sum()), int(candidates.sum())
+    count = min(available, max(1, int(ratio * valid))) if ratio > 0 and valid else 0
+    chosen = torch.zeros_like(mask)
+    if count:
+        generator = torch.Generator().manual_seed(int(seed))
+        keys = torch.rand(mask.shape, generator=generator, dtype=torch.float64).to(mask.device)
+        keys = torch.where(candidates, keys, torch.full_like(keys, -1.0))
+        picked = keys.flatten().topk(count).indices
+        chosen = chosen.flatten().index_fill(0, picked, True).view_as(mask)
+    return chosen, candidates
 
 
 @_register("gspo", default_agg_mode="seq-mean-token-mean")

@@ -3,7 +3,9 @@
 The training curves put what a reader looks for first: reward, then accuracy on the training
 rollouts and on the held-out validation set, with the validation accuracy before RL (step 0) and the
 accuracy of guessing as horizontal lines, so a curve is read against where it started and against
-chance; KL, entropy, response length; the warm-up's supervised loss when there was one.
+chance; KL, entropy (over all tokens and at the answer's), response length; the learning signal
+(`diag/*`, evr1/train/diagnostics.py: groups with no advantage or a format-only one, the advantage of
+each group's most frequent answer); the warm-up's supervised loss when there was one.
 
 matplotlib with the non-interactive Agg backend (no display needed); each function writes one PNG
 and returns its path, so the pipeline can log it as an MLflow artifact.
@@ -22,20 +24,35 @@ PANELS: dict[str, tuple[str, ...]] = {
     "training accuracy": ("reward/accuracy",),
     "validation accuracy": ("val/accuracy",),
     "KL": ("actor/kl_loss", "actor/kl"),
-    "entropy": ("actor/entropy",),
+    "entropy": ("actor/entropy", "diag/answer_entropy"),
     "response length": ("response/length_mean", "response_length/mean", "response/length"),
+    "groups without an answer signal": ("diag/zero_adv_groups", "diag/format_only_groups"),
+    "advantage of the most frequent answer": ("diag/modal_answer_adv",),
 }
 ACCURACY = ("training accuracy", "validation accuracy")
-# Panel of one accuracy per task family → the prefix of its keys (drawn when there are two families or more).
+SHARES = ("groups without an answer signal",)  # shares of groups: drawn on [0, 1]
+# Panel of one metric per task family → the prefix of its keys (drawn when there are two families or more).
 FAMILY_PANELS = {"training accuracy by task family": "reward/accuracy/",
-                 "validation accuracy by task family": "val/accuracy/"}
+                 "validation accuracy by task family": "val/accuracy/",
+                 "answer entropy by task family": "diag/answer_entropy/",
+                 "zero-advantage groups by task family": "diag/zero_adv_groups/",
+                 "format-only groups by task family": "diag/format_only_groups/",
+                 "most frequent answer's advantage by task family": "diag/modal_answer_adv/"}
+# A family panel's y label, and whether it is a share drawn on [0, 1].
+FAMILY_AXES = {"answer entropy by task family": ("entropy (nats)", False),
+               "zero-advantage groups by task family": ("share of groups", True),
+               "format-only groups by task family": ("share of groups", True),
+               "most frequent answer's advantage by task family": ("advantage", False)}
 WARMUP_KEY = "warmup/nll"  # the warm-up's supervised loss (evr1/train/workers/policy.py `sft_step`)
 PANELS_PER_ROW = 4
 # What a legend says instead of the metric's key.
 LABELS = {"reward/overall": "reward", "reward/format": "format reward", "reward/accuracy": "all samples",
           "val/accuracy": "held-out, greedy", "actor/kl_loss": "KL loss", "actor/kl": "KL",
-          "actor/entropy": "entropy", "response/length_mean": "mean (tokens)", "response_length/mean": "mean (tokens)",
-          "response/length": "mean (tokens)", WARMUP_KEY: "SFT loss (NLL per token)"}
+          "actor/entropy": "all tokens", "diag/answer_entropy": "answer tokens",
+          "response/length_mean": "mean (tokens)", "response_length/mean": "mean (tokens)",
+          "response/length": "mean (tokens)", WARMUP_KEY: "SFT loss (NLL per token)",
+          "diag/zero_adv_groups": "zero advantage", "diag/format_only_groups": "format-only advantage",
+          "diag/modal_answer_adv": "mean over groups"}
 
 
 def figure(n: int, width: float = 4.0, height: float = 3.0):
@@ -142,9 +159,16 @@ def curves_figure(history: Sequence[Mapping], *, before_rl: Mapping[str, float] 
                        label=f"before RL: {baseline['val/accuracy']:.2f}")
         if title in ACCURACY and chance is not None:
             ax.axhline(chance, color="firebrick", linestyle=":", linewidth=1.2, label=f"chance: {chance:.2f}")
-        if title in ACCURACY or family:
+        ylabel, bounded = FAMILY_AXES.get(title, ("accuracy", True))
+        if title in ACCURACY or (family and bounded):
             ax.set_ylim(-0.02, 1.02)
-            ax.set_ylabel("accuracy")
+        if title in ACCURACY or family:
+            ax.set_ylabel(ylabel)
+        if title in SHARES:
+            ax.set_ylim(-0.02, 1.02)
+            ax.set_ylabel("share of groups")
+        if title == "advantage of the most frequent answer":
+            ax.axhline(0.0, color="grey", linewidth=0.8)
         ax.set_title(title)
         ax.set_xlabel("warm-up step" if keys == [WARMUP_KEY] else "step")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole

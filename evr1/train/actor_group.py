@@ -30,7 +30,7 @@ def worker_options(cfg: Config) -> dict:
         "attn_implementation": cfg.model.attn_implementation,
         "gradient_checkpointing": cfg.model.gradient_checkpointing,
         "use_kl_loss": a.use_kl_loss and a.kl_loss_coef > 0, "kl_loss_coef": a.kl_loss_coef,
-        "needs_reference": (a.use_kl_loss and a.kl_loss_coef > 0) or a.use_kl_in_reward,
+        "needs_reference": a.needs_reference,
         "collective_timeout_s": t.collective_timeout_s,
         "kl_penalty": a.kl_penalty, "entropy_coeff": a.entropy_coeff, "policy_loss": a.policy_loss,
         "top_entropy_ratio": a.top_entropy_ratio,

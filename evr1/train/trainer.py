@@ -27,13 +27,14 @@ from evr1.models.packed import supports_packing
 from evr1.train import micro_batches
 from evr1.train.actor_group import ActorGroup
 from evr1.train.protocol import ReaderSpec, Shard, data_parallel, grouped_calls, make_shards, row_key, shard_slices
-from evr1.train.prompt_source import Cursor, PromptSource
+from evr1.train import prompt_source
+from evr1.train.prompt_source import PromptSource
 from evr1.cluster.connect import ensure_ray
 from evr1.train.collect import FIELDS, Rollout, collect, draw_readable, sampling
 from evr1.train.async_rollouts import Collected, RolloutProducer
 from evr1.train.rollout_backend import idle_fraction
 from evr1.train.rollout_table import RolloutTables, TableSink
-from evr1.train import offline, warmup
+from evr1.train import diagnostics, offline, warmup
 from evr1.train.breakdown import accuracy_by_family
 from evr1.train.schedule import lr_at
 
@@ -63,7 +64,8 @@ def _scorer(cfg: Config) -> Callable[[list[str], list[dict]], tuple[list[dict], 
 
     def score(texts, samples):
         out = rewards.compute_scores(texts, samples, workers=r.workers, timeout=r.timeout_s,
-                                     accuracy_weight=r.accuracy_weight, format_weight=r.format_weight)
+                                     accuracy_weight=r.accuracy_weight, format_weight=r.format_weight,
+                                     shaping=r.shaping())
         return out.scores, out.metrics
     return score
 
@@ -91,7 +93,8 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
         ckpt_io.clear(out_dir)  # asked not to resume: an older run's checkpoints must not mix with this one's
     resume_from = ckpt_io.latest_checkpoint(out_dir)
     state = ckpt_io.read_state(resume_from) if resume_from else {"step": 0, "cursor": {}, "history": []}
-    source = PromptSource(samples, seed=cfg.run.seed, cursor=Cursor(**state["cursor"]))
+    source = prompt_source.build(samples, seed=cfg.run.seed, state=state["cursor"], stratify=cfg.data.stratify,
+                                 staleness=t.staleness)
     history: list[dict] = state.get("history", [])
     kl_ctrl = _kl_controller(cfg, state.get("kl_coef"))
 
@@ -179,7 +182,8 @@ def _collect_step(cfg, cluster: ActorGroup, source: PromptSource, adapter, score
                   version: int) -> Collected:
     """Generate and score step `step`'s batch (on the engines holding policy `version`), and start
     reading the next step's prompts."""
-    metrics: dict[str, float] = {}
+    source.begin_step(step)  # a stratified source's adaptive weights for this step's draws
+    metrics: dict[str, float] = source.metrics()
     generated, batch = collect(cfg, cluster.rollout, source, adapter, score, step, metrics,
                                announce=lambda rows: cluster.announce(rows, cfg.rollout.n))
     if step < cfg.trainer.steps:  # the next step's prompts are read while this one computes log-probs and updates
@@ -216,6 +220,9 @@ def _one_step(cfg, cluster: ActorGroup, source: PromptSource, adapter, score, st
         if collected.sync:
             metrics["time/sync_s"] = float(collected.sync.get("seconds", 0.0))
     metrics.update(_reward_metrics(generated))
+    # a stratified source's adaptive weights follow each stratum's share of groups that teach nothing
+    source.observe(step, prompt_source.zero_advantage_rates(generated.rows, generated.groups,
+                                                            [s["overall"] for s in generated.scores], source.stratum))
     if not len(batch):
         # Every group scored alike (dynamic sampling kept none): nothing to learn from this step.
         metrics.update({"data/skipped": 1.0, "time/step_s": time.perf_counter() - t0})
@@ -232,16 +239,23 @@ def _one_step(cfg, cluster: ActorGroup, source: PromptSource, adapter, score, st
     mask = torch.zeros(len(lengths), max(lengths))
     for row, n in enumerate(lengths):
         mask[row, :n] = 1.0
-    shards = make_shards(data_parallel(t), batch.rows, batch.responses, [[] for _ in lengths])
-    metrics.update(_cut(cfg, shards, batch.prompt_tokens, _pass_mode(cfg, adapter, _sharing(t)), "log_probs"))
-    if _sharing(t):  # each prompt run once under its n responses (evr1.models.shared_prefix)
-        calls = grouped_calls(shards, t.micro_batch_size)
-        for s in shards:
-            s.log_prob_calls = calls
-    log_probs = cluster.each_shard("log_probs", shards)
-    rank_waits = [part["data_wait_s"] for part in log_probs]
-    old = [row for part in log_probs for row in part["old"]]
-    ref = [row for part in log_probs for row in part["ref"]] if log_probs[0]["ref"] is not None else None
+    # Strictly on-policy, the old log-probs are the update's own (detached): no pass for them. The
+    # reference's still run before the update, when a KL term needs them.
+    skip_old = cfg.skips_old_log_probs()
+    old: list[list[float]] | None = None
+    ref: list[list[float]] | None = None
+    rank_waits = [0.0] * data_parallel(t)
+    if not skip_old or a.needs_reference:
+        shards = make_shards(data_parallel(t), batch.rows, batch.responses, [[] for _ in lengths])
+        metrics.update(_cut(cfg, shards, batch.prompt_tokens, _pass_mode(cfg, adapter, _sharing(t)), "log_probs"))
+        if _sharing(t):  # each prompt run once under its n responses (evr1.models.shared_prefix)
+            calls = grouped_calls(shards, t.micro_batch_size)
+            for s in shards:
+                s.log_prob_calls = calls
+        log_probs = cluster.each_shard("log_probs", shards, not skip_old)
+        rank_waits = [part["data_wait_s"] for part in log_probs]
+        old = None if skip_old else [row for part in log_probs for row in part["old"]]
+        ref = [row for part in log_probs for row in part["ref"]] if log_probs[0]["ref"] is not None else None
     t_lp = time.perf_counter()
 
     overall = torch.tensor([s["overall"] for s in batch.scores], dtype=torch.float32)
@@ -264,7 +278,8 @@ def _one_step(cfg, cluster: ActorGroup, source: PromptSource, adapter, score, st
     advantages, _ = rl.compute_advantages(a.adv_estimator, scores, batch.groups, mask, **options)
     t_adv = time.perf_counter()
 
-    weights = _rollout_correction(cfg, batch, old, mask, metrics)
+    # Skipped pass: the engines' log-probs are compared with the update's own after it (no correction then).
+    weights = _rollout_correction(cfg, batch, old, mask, metrics) if old is not None else None
     if weights is not None:
         advantages = advantages * weights
     token_adv = [advantages[row, :n].tolist() for row, n in enumerate(lengths)]
@@ -279,14 +294,27 @@ def _one_step(cfg, cluster: ActorGroup, source: PromptSource, adapter, score, st
             s.update_calls = calls
     lr = lr_at(step, base=t.lr, total=t.steps, warmup=t.lr_warmup_steps, schedule=t.lr_schedule,
                min_ratio=t.min_lr_ratio)
-    rank_metrics = cluster.each_shard("step", shards, lr)
+    rank_metrics = cluster.each_shard("step", shards, lr, step)
     t_update = time.perf_counter()
+    per_response = [m.pop("rows") for m in rank_metrics]  # in batch order: shards are contiguous
+    if old is None:
+        old = [r for part in per_response for r in part["log_probs"]]
+        _rollout_correction(cfg, batch, [o if o is not None else [0.0] * n for o, n in zip(old, lengths)], mask,
+                            metrics)
     if synchronous:
         moved = cluster.sync_weights(step)
         metrics.update({f"perf/sync_{k}": float(v) for k, v in moved.items() if k != "seconds"})
     t_sync = time.perf_counter()
 
     tokens = sum(batch.prompt_tokens) + sum(lengths)
+    metrics.update(diagnostics.step_diagnostics(
+        rows=batch.rows, groups=batch.groups, scores=batch.scores, reward=overall.tolist(),
+        advantage=rl.masked_mean(advantages, mask, dim=-1).tolist(),
+        advantage_abs_max=torch.where(mask.bool(), advantages.abs(), 0.0).amax(dim=-1).tolist(),
+        texts=batch.texts, token_ids=batch.responses, entropies=[r for part in per_response for r in part["entropy"]],
+        decode=adapter.decode))
+    if skip_old:  # time/log_probs_s is then the reference's pass alone, or ~0 without one
+        metrics["perf/old_log_probs_skipped"] = 1.0
     metrics.update({
         "adv/mean": float(rl.masked_mean(advantages, mask)), "data/epoch": float(source.cursor.epoch),
         "time/rollout_s": t_gen - t0, "time/log_probs_s": t_lp - t_gen, "time/advantage_s": t_adv - t_lp,
@@ -462,7 +490,7 @@ def _save(cluster: ActorGroup, out_dir: Path, step: int, source: PromptSource, h
     tmp.mkdir(parents=True)
     cluster.all("save", str(tmp))
     # `cursor`: where the prompts stood after step `step`'s draws (a producer thread may have drawn further).
-    ckpt_io.write_state(tmp, {"step": step, "cursor": cursor or source.state(), "history": history, "seed": cfg.run.seed,
+    ckpt_io.write_state(tmp, {"step": step, "cursor": source.state(cursor), "history": history, "seed": cfg.run.seed,
                               "base_model": str(model_dir), "world_size": cfg.trainer.world_size,
                               "kl_coef": kl_coef})
     ckpt_io.publish(tmp, final)

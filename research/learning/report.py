@@ -45,9 +45,19 @@ def curve(run_dir: Path, key: str) -> list[tuple[int, float, float]]:
 
 def validation(run_dir: Path) -> dict[str, list[tuple[int, float, float]]]:
     """Every `val/accuracy*` curve of the train run (overall and per family)."""
+    return curves_of(run_dir, "val/accuracy")
+
+
+def curves_of(run_dir: Path, prefix: str) -> dict[str, list[tuple[int, float, float]]]:
+    """Every curve of the train run whose key starts with `prefix` (the key itself and `prefix/<family>`)."""
     run = stage_run(run_dir, "train")
-    keys = sorted(k for k in run.data.metrics if k.startswith("val/accuracy"))
+    keys = sorted(k for k in run.data.metrics if k == prefix or k.startswith(prefix + "/"))
     return {k: curve(run_dir, k) for k in keys}
+
+
+# The learning-signal diagnostics (evr1/train/diagnostics.py) drawn per family beside the accuracy, when logged.
+DIAGNOSTICS = {"diag/zero_adv_groups": "share of groups with zero advantage, per family",
+               "diag/answer_entropy": "entropy at the answer tokens, per family"}
 
 
 def first_reaching(points: list[tuple[int, float, float]], target: float) -> tuple[int, float] | None:
@@ -84,8 +94,11 @@ def summary(run_dir: Path, target: float = 0.8) -> dict:
 
 
 def plot(runs: dict[str, Path], out: Path, target: float = 0.8) -> Path:
-    """Held-out accuracy (overall, solid; per family, thin) against step, one colour per run."""
-    plt, fig, axes = plots.figure(2, width=5.5, height=4.0)
+    """Held-out accuracy (overall, solid; per family, thin) against step, one colour per run; then, for
+    the runs that logged them, the learning-signal diagnostics per family (`DIAGNOSTICS`)."""
+    diags = {key: {label: curves_of(d, key) for label, d in runs.items()} for key in DIAGNOSTICS}
+    diags = {key: per_run for key, per_run in diags.items() if any(per_run.values())}
+    plt, fig, axes = plots.grid(2 + len(diags), per_row=2, width=5.5, height=4.0)
     for (label, run_dir), colour in zip(runs.items(), ("#4c72b0", "#dd8452", "#55a868", "#c44e52")):
         curves = validation(run_dir)
         steps, values, _ = zip(*curves["val/accuracy"])
@@ -99,6 +112,17 @@ def plot(runs: dict[str, Path], out: Path, target: float = 0.8) -> Path:
         ax.set_ylim(0, 1.02)
         ax.set_xlabel("RL step (0: after the format warm-up)")
         ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax, (key, per_run) in zip(axes[2:], diags.items()):
+        for (label, curves), colour in zip(per_run.items(), ("#4c72b0", "#dd8452", "#55a868", "#c44e52")):
+            for name, styled in zip((k for k in curves if k != key), ("-", "--", ":", "-.", (0, (1, 3)))):
+                s, v, _ = zip(*curves[name])
+                ax.plot(s, v, color=colour, linestyle=styled, linewidth=1.2, label=f"{label}: {name.rsplit('/', 1)[1]}")
+        if key == "diag/zero_adv_groups":  # a share of groups
+            ax.set_ylim(0, 1.02)
+        ax.set_xlabel("RL step")
+        ax.set_title(DIAGNOSTICS[key])
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     return plots.save(plt, fig, out, dpi=90)

@@ -125,7 +125,9 @@ def test_a_frozen_tower_encodes_each_prompt_once_per_step(setup):
     reference holds the same tower), on packed passes and on the shared prefix; training is unchanged."""
     run, base = setup
     frozen = ["trainer.world_size=2", "model.freeze_vision_tower=true"]
-    off = ["trainer.reuse_vision_features=false"]
+    # The plain runs keep the old log-prob pass (a strictly on-policy step skips it), so that three passes
+    # encode; the reused runs skip it: the reference's pass encodes, and training is still the same.
+    off = ["trainer.reuse_vision_features=false", "trainer.skip_old_log_probs=false"]
     shared = ["trainer.share_prompt_prefix=true"]
     pairs = {"packed": (run("frozen", frozen), run("frozen-plain", [*frozen, *off])),
              "shared": (run("frozen-shared", [*frozen, *shared]), run("frozen-shared-plain", [*frozen, *shared, *off]))}

@@ -7,6 +7,7 @@ reduce-scatters are collectives that every rank must enter together.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import socket
@@ -84,6 +85,7 @@ class PolicyWorker(EngineHost):
         # each prompt is encoded once per step (`_encode`), kept on the CPU between passes.
         self.reuse_visual = self.frozen_vision and self.sp.sp_size == 1 and options.get("reuse_vision_features", True)
         self._visual: dict[str, VisualFeatures] = {}
+        self._encoded_this_step = False  # whether a log-prob pass ran (and encoded) since the last update
 
         def policy(m):
             m.train()
@@ -231,16 +233,20 @@ class PolicyWorker(EngineHost):
 
     # -- the step ----------------------------------------------------------------------------------
 
-    def log_probs(self, shard: Shard) -> dict[str, list[list[float]] | None]:
-        """Log-probs of each response under the current policy ("old") and the reference, before the update."""
+    def log_probs(self, shard: Shard, old_log_probs: bool = True) -> dict[str, list[list[float]] | None]:
+        """Log-probs of each response under the current policy ("old") and the reference, before the update.
+        `old_log_probs` False (a strictly on-policy update, whose old log-probs are its own): the
+        reference's alone, and "old" is None."""
         old, ref = [], []
         calls = shard.log_prob_calls
+        skip_old = not old_log_probs
+        self._encoded_this_step = True  # this pass encodes the step's media (`_on_device`), not the update
         copies: list[tuple[torch.Tensor, list[int], list]] = []  # (host copy in flight, lengths, destination)
         with torch.no_grad():
             for k, item in enumerate((self._micro_batches(shard) or [[]])[0]):
                 item = self._on_device(item, media=not calls)
                 batch, *_, lengths, _ = item
-                models = [(self.model, old)] + ([(self.ref, ref)] if self.ref is not None else [])
+                models = ([] if skip_old else [(self.model, old)]) + ([(self.ref, ref)] if self.ref is not None else [])
                 for model, out in models:
                     lp = (self._grouped(model, item, calls[k])[0] if calls else self._log_probs(model, batch)[0])
                     # Copied to pinned host memory behind the queued work, read once after the last
@@ -251,12 +257,29 @@ class PolicyWorker(EngineHost):
             # Cut at the response's own length: a masked position (e.g. a vision token the
             # policy sampled) keeps its place instead of shifting the rest.
             out.extend(lp[row, :n].tolist() for row, n in enumerate(lengths))
-        return {"old": old, "ref": ref if self.ref is not None else None, "data_wait_s": self.prep.take_wait()}
+        return {"old": None if skip_old else old, "ref": ref if self.ref is not None else None,
+                "data_wait_s": self.prep.take_wait()}
 
-    def step(self, shard: Shard, lr: float) -> dict[str, float]:
-        """`ppo_epochs` passes over the shard's mini-batches, one optimizer step per mini-batch."""
+    def step(self, shard: Shard, lr: float, step_index: int = 0) -> dict:
+        """`ppo_epochs` passes over the shard's mini-batches, one optimizer step per mini-batch.
+
+        Returns the step's metrics (floats) and, under "rows", per response of the shard (None for one
+        this rank could not read), from the first epoch: "entropy", the entropy of each response
+        token (what `evr1.train.diagnostics` reads at the answer's tokens), and "log_probs", the
+        update's own log-probs, when the shard carries no old ones (the skipped pass: they are the
+        old log-probs, for the driver's comparison with the engine's). `step_index` (the trainer's
+        step) seeds Clip-Cov's token draw, with the run seed, the epoch and the micro-batch.
+        """
         self._set_lr(lr)
         minis = self._micro_batches(shard, shard.mini_size)
+        cuts = shard_slices(shard, self.o["micro_batch_size"], shard.mini_size)
+        skipped = shard.old_log_probs is None  # strictly on-policy: the update's log-probs are the old ones
+        if skipped and (self.o["ppo_epochs"] > 1 or len(minis) > 1):
+            raise ValueError(f"rank {self.rank}: the shard carries no old log-probs, but the update is not strictly "
+                             f"on-policy ({self.o['ppo_epochs']} epochs of {len(minis)} mini-batches): its own "
+                             "log-probs would stand for the old ones after the policy moved")
+        # No log-prob pass ran this step (skipped, and no reference): the first epoch encodes the media.
+        encode, self._encoded_this_step = not self._encoded_this_step, False
         agg = self.o["loss_agg_mode"]
         # Each micro-batch's metrics stay 0-d tensors on the device until the step ends, then come to the
         # host in one copy (`_host_values`): reading one (`.item()`, `float()`) blocks the host until the
@@ -265,7 +288,9 @@ class PolicyWorker(EngineHost):
         micro_metrics: list[dict[str, torch.Tensor]] = []
         grad_norms: list[float] = []
         updates = 0
-        for _ in range(self.o["ppo_epochs"]):
+        # (first row, lengths, readable rows, entropy and log-probs on their way to the host) per micro-batch
+        kept: list[tuple[int, list[int], list[bool], torch.Tensor, torch.Tensor | None]] = []
+        for epoch in range(self.o["ppo_epochs"]):
             calls = iter(shard.update_calls)  # the same micro-batches every epoch
             for k, mini in enumerate(minis):
                 tokens, seqs = shard.mini_batches[k] if shard.mini_batches else (shard.global_token_count,
@@ -275,10 +300,16 @@ class PolicyWorker(EngineHost):
                 counts = {"global_token_count": tokens, "global_seq_count": seqs,
                           "loss_scale_factor": self.o["loss_scale_factor"] * seqs}
                 self.optimizer.zero_grad(set_to_none=True)
-                for item in mini:
+                for j, item in enumerate(mini):
                     call = next(calls, 0)
-                    micro_metrics.append(self._backward(self._on_device(item, media=not call, encode=False),
-                                                        counts, agg, call))
+                    seed = _micro_seed(self.o["seed"], step_index, epoch, k, j, self.sp.dp_rank)
+                    readable = item[0].response_mask.bool().any(dim=1).tolist()
+                    metrics, entropy, log_probs = self._backward(
+                        self._on_device(item, media=not call, encode=encode and epoch == 0), counts, agg, call, seed)
+                    micro_metrics.append(metrics)
+                    if epoch == 0:
+                        kept.append((cuts[k][j][0], item[-2], readable, _to_host(entropy),
+                                     _to_host(log_probs) if skipped else None))
                 grad_norms.append(self._clip_and_step())
                 updates += 1
         sums: dict[str, float] = {}
@@ -287,7 +318,7 @@ class PolicyWorker(EngineHost):
                 sums[key] = sums.get(key, 0.0) + v
         sums["actor/grad_norm"] = sum(grad_norms, 0.0)
         count = len(micro_metrics)
-        out = {k: v / max(count, 1) for k, v in sums.items()}
+        out: dict = {k: v / max(count, 1) for k, v in sums.items()}
         # pg_loss shares add up within a mini-batch and average over mini-batches and epochs.
         # (a sequence-parallel group's ranks hold the same share: count it once per data-parallel index)
         out["actor/pg_loss"] = sums.get("actor/pg_loss", 0.0) * self.sp.dp_size / max(updates, 1)
@@ -297,6 +328,8 @@ class PolicyWorker(EngineHost):
         if torch.device(self.device).type == "cuda":  # since the rank started: loading, log-probs and updates
             out["perf/rank_peak_device_mb"] = torch.cuda.max_memory_allocated() / 2**20
         out.update(self._data_metrics())
+        _wait_for_copies(self.device)
+        out["rows"] = _response_rows(kept, len(shard.rows), with_log_probs=skipped)
         return out
 
     def _data_metrics(self) -> dict[str, float]:
@@ -309,9 +342,13 @@ class PolicyWorker(EngineHost):
         self.unreadable.clear()
         return out
 
-    def _backward(self, item: tuple, counts: dict, agg: str, calls: int = 0) -> dict[str, torch.Tensor]:
+    def _backward(self, item: tuple, counts: dict, agg: str, calls: int = 0,
+                  seed: int = 0) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
         """One micro-batch's loss and backward; `calls` > 0: the shared-prefix path with that many grouped calls.
-        Its metrics are detached 0-d tensors on the device: nothing here waits for the device (see `step`)."""
+        Returns its metrics, detached 0-d tensors on the device (nothing here waits for the device, see
+        `step`), and its per-token entropy and log-probs [B, L], detached. Without old log-probs (a
+        strictly on-policy update) the old log-probs are these log-probs, detached: ratio 1 exactly.
+        `seed` seeds Clip-Cov's draw."""
         batch, adv, old_lp, ref_lp, _, _ = item
         mask = batch.response_mask.float()
         if calls:
@@ -319,12 +356,17 @@ class PolicyWorker(EngineHost):
         else:
             (log_probs, entropy), zero = self._log_probs(self.model, batch, with_entropy=True), 0.0
         log_probs = log_probs.float()
+        if old_lp is None:
+            old_lp = log_probs.detach()
         pg_mask, pg_counts, ratio = mask, counts, self.o["top_entropy_ratio"]
         if ratio < 1.0:  # the policy gradient on the high-entropy tokens, weighted as their share
             pg_mask = rl.high_entropy_mask(entropy, mask, ratio)
             pg_counts = {**counts, "global_token_count": counts["global_token_count"] * ratio}
+        options = self.o["loss_options"]
+        if self.o["policy_loss"] == "clip_cov":
+            options = {**options, "clip_cov_seed": seed}
         pg_loss, pg_metrics = rl.policy_loss(self.o["policy_loss"], log_probs, old_lp, adv, pg_mask,
-                                             loss_agg_mode=agg, **pg_counts, **self.o["loss_options"])
+                                             loss_agg_mode=agg, **pg_counts, **options)
         loss = pg_loss
         metrics = {f"actor/{k}": v.detach() for k, v in pg_metrics.items()}
         if self.o["use_kl_loss"] and ref_lp is not None:
@@ -343,7 +385,7 @@ class PolicyWorker(EngineHost):
         (loss * self.world_size).backward()
         # pg_loss is this micro-batch's share of the mini-batch loss: shares add up (see `step`).
         metrics["actor/pg_loss"] = pg_loss.detach()
-        return metrics
+        return metrics, entropy.detach().float(), log_probs.detach()
 
     def _clip_and_step(self) -> float:
         """Clip the global grad norm; skip the optimizer step when it is not finite (as the reference does)."""
@@ -470,6 +512,28 @@ def _wait_for_copies(device: str) -> None:
     """Wait for the `_to_host` copies queued on `device`'s current stream."""
     if torch.device(device).type == "cuda":
         torch.cuda.current_stream().synchronize()
+
+
+def _micro_seed(*parts: int) -> int:
+    """A 31-bit seed from integers (run seed, step, epoch, mini-batch, micro-batch, data-parallel index):
+    the same on every machine and after a resume, different for every micro-batch. The ranks of a
+    sequence-parallel group share their data-parallel index, so they draw alike."""
+    digest = hashlib.blake2b("|".join(str(int(p)) for p in parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & 0x7FFFFFFF
+
+
+def _response_rows(kept: list[tuple], rows: int, *, with_log_probs: bool) -> dict[str, list | None]:
+    """Per response of the shard, its entropy (and log-probs) cut at its length; None where unreadable.
+    Reads the host copies `step` queued (`_to_host`), so call it after the step's last device wait."""
+    entropy: list[list[float] | None] = [None] * rows
+    log_probs: list[list[float] | None] = [None] * rows
+    for first, lengths, readable, ent, lp in kept:
+        for r, (n, ok) in enumerate(zip(lengths, readable)):
+            if ok:
+                entropy[first + r] = ent[r, :n].tolist()
+                if lp is not None:
+                    log_probs[first + r] = lp[r, :n].tolist()
+    return {"entropy": entropy, "log_probs": log_probs if with_log_probs else None}
 
 
 def _host_values(rows: list[dict[str, torch.Tensor]]) -> list[dict[str, float]]:
