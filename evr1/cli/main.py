@@ -8,20 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import shlex
-import shutil
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
-from typer.core import TyperCommand, TyperGroup
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -31,127 +26,9 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 # Progress bars of internal model saves and loads (tiny model, checkpoints, actors): nothing to act on.
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
-_IMPORTED_AT = time.time()
-_DEBUG = {"on": os.environ.get("EVR1_DEBUG", "") not in ("", "0")}
-_ARGV: list[str] = []  # the command line this process was given (after the program name)
-
-
-def error_line(exc: BaseException) -> str:
-    """One line for a user: the original error (Ray's wrapper unwrapped), its lines joined; the type
-    is named unless the message is one of ours (a ValueError / LookupError subclass says what it is)."""
-    cause = getattr(exc, "cause", None)
-    if isinstance(cause, BaseException):
-        exc = cause
-    text = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip()) or repr(exc)
-    ours = type(exc).__module__.startswith("evr1.") or type(exc) in (ValueError, LookupError)
-    return text if ours else f"{type(exc).__name__}: {text}"
-
-
-def _main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
-
-
-def _terminated(signum: int, frame) -> None:
-    raise SystemExit(128 + signum)
-
-
-def _no_type(ctx) -> None:
-    return None
-
-
-def _plain(params: list) -> list:
-    """No type label (`<bool>`, `<list[str]>`) beside a flag or the overrides: a flag takes no value,
-    and the overrides' metavar says what they are."""
-    for p in params:
-        if getattr(p, "is_flag", False) or getattr(p, "name", None) == "overrides":
-            p.display_type_rich = _no_type
-    return params
-
-
-def _reflow(text: str | None) -> str | None:
-    """A docstring's paragraphs each on one line: rich help keeps every line break it is given, so
-    source-wrapped lines would come out ragged; the terminal wraps them instead."""
-    if not text:
-        return text
-    import inspect
-
-    return "\n\n".join(" ".join(line.strip() for line in para.splitlines())
-                        for para in inspect.cleandoc(text).split("\n\n"))
-
-
-class _Command(TyperCommand):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.help = _reflow(self.help)
-
-    def get_params(self, ctx):
-        return _plain(super().get_params(ctx))
-
-
-class _Group(TyperGroup):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.help = _reflow(self.help)
-
-    def get_params(self, ctx):
-        return _plain(super().get_params(ctx))
-
-
-class _Typer(typer.Typer):
-    """Commands of `_Command` (flags shown without a value type), help in rich markup."""
-
-    def __init__(self, **kwargs):
-        super().__init__(cls=_Group, rich_markup_mode="rich", **kwargs)
-
-    def command(self, *args, **kwargs):
-        kwargs.setdefault("cls", _Command)
-        return super().command(*args, **kwargs)
-
-
-class _App(_Typer):
-    """A Typer app whose uncaught errors print one line (the traceback only with --debug)."""
-
-    def __call__(self, *args, **kwargs):
-        _ARGV[:] = list(kwargs.get("args") or (args[0] if args else None) or sys.argv[1:])
-        # SIGTERM unwinds like Ctrl-C: open MLflow runs close KILLED, Ray and the frame cache shut down.
-        previous = signal.signal(signal.SIGTERM, _terminated) if _main_thread() else None
-        try:
-            return super().__call__(*args, **kwargs)
-        except KeyboardInterrupt:
-            if _DEBUG["on"]:
-                raise
-            print("evr1: interrupted", file=sys.stderr)
-            sys.exit(130)
-        except Exception as exc:
-            if _DEBUG["on"]:
-                raise
-            print(f"evr1: error: {error_line(exc)} (rerun with evr1 --debug for the traceback)", file=sys.stderr)
-            sys.exit(1)
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
-
-
-HELP = """The `evr1` command: the whole train-and-eval DAG (`run`) or any one stage on its own.
-
-[bold]Overrides[/bold]: every command that reads a config takes [cyan]KEY=VALUE[/cyan] after it. KEY
-is section.key (section.sub.key for nested ones); VALUE is read as YAML: [cyan]trainer.steps=20[/cyan],
-[cyan]model.path=/models/Qwen3-VL-8B-Instruct[/cyan], [cyan]'data.train_files=\\[a.jsonl, b.jsonl]'[/cyan],
-[cyan]trainer.mini_batch_size=null[/cyan], [cyan]'rollout.vllm={enforce_eager: true}'[/cyan] (a mapping
-replaces the whole section, unnamed keys take their defaults; to change one key name it:
-[cyan]rollout.vllm.enforce_eager=true[/cyan]). Quote values with spaces, brackets or braces.
-`evr1 config CONFIG KEY=VALUE...` prints what they resolve to.
-
-An error ends the command with one line on stderr naming what is wrong (file, record, field or key)
-and exit code 1 (2 for a config error); `evr1 --debug ...` (or EVR1_DEBUG=1) shows the traceback."""
-
-
-def examples(*lines: str) -> str:
-    """A help epilog: `Examples`, one command per line; a line `# ...` is a comment on the next command."""
-    out = ["[bold]Examples[/bold]"]
-    for line in lines:
-        out.append(f"  [dim]{line}[/dim]" if line.startswith("#") else f"  $ {line}")
-    return "\n".join(out)
+from evr1.cli.app import _ARGV, _DEBUG, HELP, _App, _Typer, error_line, examples  # noqa: E402,F401 (_DEBUG: tests)
+from evr1.cli.run_support import (SPAWNED_ENV, STARTED_ENV, _close_killed_runs, _process_started,  # noqa: E402
+                                  _startup_spans, _tool, quiet_prefect)
 
 
 app = _App(add_completion=False, no_args_is_help=True, help=HELP, pretty_exceptions_show_locals=False,
@@ -321,77 +198,6 @@ def run(config: Annotated[Path, typer.Argument(metavar="CONFIG", help="the YAML 
     console.print(f"logs:         {root / 'logs' / 'prefect.log'} (Prefect's), timings: {root / 'timings.json'}")
     if timings:
         console.print("\n".join(timing.report(progress.TIMELINE)), highlight=False, soft_wrap=True)
-
-
-STARTED_ENV, SPAWNED_ENV = "EVR1_STARTED_AT", "EVR1_SPAWNED_AT"  # when `evr1 run` started, when its child did
-
-
-def _process_started() -> float:
-    """When this process started (epoch seconds): the time a user pressed Enter, near enough."""
-    try:
-        import psutil
-
-        return psutil.Process().create_time()
-    except Exception:  # noqa: BLE001 - a missing psutil only makes the first span shorter
-        return _IMPORTED_AT
-
-
-def _startup_spans(progress) -> None:
-    """In `evr1 run`'s child: the parent's start-up and this process's, as the timeline's first spans."""
-    started, spawned = (float(os.environ.get(k, 0) or 0) for k in (STARTED_ENV, SPAWNED_ENV))
-    if started and spawned:
-        progress.add_span("evr1 start-up (imports, config and preflight checks)", started, spawned)
-    if spawned:
-        progress.add_span("flow process start-up (imports, config)", spawned, time.time())
-
-
-def _no_stage_failure(record: logging.LogRecord) -> bool:
-    """Off the terminal (not the log file, not the Prefect UI): a failed stage's and flow's error
-    records with their tracebacks, which `evr1` says in one line at the end (`--debug`: all of it)."""
-    failed_run = record.levelno >= logging.ERROR and record.name in ("prefect.task_runs", "prefect.flow_runs")
-    return not failed_run
-
-
-def quiet_prefect(log: Path) -> logging.Handler:
-    """Prefect's INFO lines (temporary server, task and flow states) off the terminal and into `log`:
-    its console handlers keep warnings and errors only (the level PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL
-    names, WARNING unless a user set it), the file gets everything from INFO up, the Prefect UI still
-    gets them all (its API handler is left alone). Called once Prefect is imported (its logging set up)."""
-    from prefect.logging.handlers import PrefectConsoleHandler
-
-    level = logging.getLevelName(os.environ.get("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING").upper())
-    for name in (None, "prefect", "uvicorn", "prefect.server"):
-        for h in logging.getLogger(name).handlers:
-            if isinstance(h, PrefectConsoleHandler):
-                if isinstance(level, int):
-                    h.setLevel(max(h.level, level))
-                if not _DEBUG["on"]:
-                    h.addFilter(_no_stage_failure)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(log, encoding="utf-8")
-    handler.setLevel(logging.INFO)
-    handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)-7s | %(name)s - %(message)s"))
-    for name in ("prefect", "uvicorn"):  # uvicorn: the temporary server's own lines (propagate: false)
-        logging.getLogger(name).addHandler(handler)
-    return handler
-
-
-def _tool(name: str) -> str:
-    """How to call `name` from here: bare when the PATH finds this interpreter's copy, else its path."""
-    mine = Path(sys.executable).parent / name
-    found = shutil.which(name)
-    if mine.exists() and (found is None or Path(found).resolve() != mine.resolve()):
-        return str(mine)
-    return name
-
-
-def _close_killed_runs(cfg) -> None:
-    """MLflow runs an interrupted child could not close (it was killed) are closed KILLED now."""
-    from evr1.tracking import Tracker, default_tracking_uri
-
-    root = cfg.run_dir()
-    Tracker(cfg.tracking.uri or default_tracking_uri(root), cfg.tracking.experiment,
-            artifact_root=root / "mlartifacts").close_dead_runs(root)
 
 
 @app.command("config", epilog=examples("evr1 config conf/tiny.yaml trainer.steps=3",

@@ -8,9 +8,9 @@ process before the flow's own process imports Prefect and starts its API server,
 A process, not a thread of the flow's process: a thread importing MLflow while the main thread
 imports Prefect (both pull in SQLAlchemy) was seen to hand one of them a partly initialised module.
 
-Both sides take the same file lock (`<store>.lock`, `fcntl.flock`) around creating or first opening
-the store, so whichever comes first creates it and the other waits for it to finish, then finds the
-tables there. The lock goes with the process: a killed creator never leaves it held.
+Both sides take the same file lock (`.<store>.lock` beside it, `fcntl.flock`) around creating or
+first opening the store, so whichever comes first creates it and the other waits for it to finish,
+then finds the tables there. The lock goes with the process: a killed creator never leaves it held.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["default_tracking_uri", "sqlite_path", "store_lock", "start_store_init"]
+__all__ = ["default_tracking_uri", "lock_path", "sqlite_path", "store_lock", "start_store_init"]
 
 
 def default_tracking_uri(run_dir: Path) -> str:
@@ -40,6 +40,11 @@ def sqlite_path(uri: str | None) -> Path | None:
     return Path(uri[len("sqlite:///"):])
 
 
+def lock_path(db: Path) -> Path:
+    """The lock file beside a SQLite store, hidden: `.mlflow.db.lock`."""
+    return db.with_name(f".{db.name}.lock")
+
+
 @contextlib.contextmanager
 def store_lock(uri: str | None) -> Iterator[None]:
     """Held while a SQLite store is created or first opened (no-op for other stores)."""
@@ -48,7 +53,7 @@ def store_lock(uri: str | None) -> Iterator[None]:
         yield
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(lock_path(path), os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

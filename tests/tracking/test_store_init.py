@@ -11,7 +11,7 @@ import time
 from mlflow.tracking import MlflowClient
 
 from evr1.tracking import Tracker
-from evr1.tracking.store_init import default_tracking_uri, sqlite_path, start_store_init, store_lock
+from evr1.tracking.store_init import default_tracking_uri, lock_path, sqlite_path, start_store_init, store_lock
 
 
 def test_the_background_process_creates_a_store_mlflow_opens(tmp_path):
@@ -51,7 +51,7 @@ def test_the_lock_is_released_when_its_holder_dies(tmp_path):
     uri = default_tracking_uri(tmp_path)
     pid = os.fork()
     if pid == 0:  # a creator killed while it holds the lock
-        fd = os.open(f"{sqlite_path(uri)}.lock", os.O_RDWR | os.O_CREAT)
+        fd = os.open(lock_path(sqlite_path(uri)), os.O_RDWR | os.O_CREAT)
         fcntl.flock(fd, fcntl.LOCK_EX)
         os.kill(os.getpid(), 9)
     os.waitpid(pid, 0)
