@@ -26,11 +26,14 @@ ROOT = Path(__file__).resolve().parents[1]
 OVERRIDES = ["run.name=t", "trainer.steps=1", "trainer.warmup_sft_steps=1", "eval.max_new_tokens=4"]
 
 
-def first_step(tree: Path, root: Path) -> dict[str, float]:
+SMOKE = ["data.synth.n=8", "data.synth.heldout=2", "eval.enabled=false"]  # the same phases, less data, no eval
+
+
+def first_step(tree: Path, root: Path, extra: list[str] = []) -> dict[str, float]:
     """One `evr1 run` of `tree` in `root`: its phases up to the first training step, in seconds."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH")) if p)}
     cmd = [str(Path(sys.executable).parent / "evr1"), "run", str(tree / "conf" / "tiny.yaml"), f"run.root={root}",
-           *OVERRIDES, "--timings"]
+           *OVERRIDES, *extra, "--timings"]
     subprocess.run(cmd, cwd=root, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     spans = json.loads((root / "t" / "timings.json").read_text())["spans"]
     t0 = spans[0]["start"]
@@ -57,7 +60,7 @@ def main() -> None:
             for label in ("new",) if args.smoke else ("old", "new"):
                 root = Path(tmp) / f"{label}{i}"
                 root.mkdir()
-                runs[label].append(first_step(getattr(args, label).resolve(), root))
+                runs[label].append(first_step(getattr(args, label).resolve(), root, SMOKE if args.smoke else []))
                 print(f"[bench_first_step] {label} {i + 1}: {runs[label][-1]['to_first_step_s']} s", file=sys.stderr)
         if args.smoke:
             runs["old"] = runs["new"]

@@ -29,8 +29,12 @@ OVERRIDES = ["run.name=ctl", "data.synth.n=200", "data.synth.heldout=2", "traine
 
 def _start(root: Path) -> tuple[subprocess.Popen, list[str]]:
     args = [EVR1, "run", str(ROOT / "conf" / "tiny.yaml"), f"run.root={root}", *OVERRIDES]
+    # As a terminal starts a foreground command: SIGINT at its default, whatever this process was given
+    # (a job started with `&` by a shell without job control, as a CI script may be, ignores SIGINT,
+    # and its children inherit that: the command would never see the Ctrl-C this test sends).
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root,
-                            start_new_session=True), args
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)), args
 
 
 def _wait_for(status: Path, stage: str, proc: subprocess.Popen, timeout: float = 600) -> dict:
