@@ -328,7 +328,9 @@ class PolicyWorker(EngineHost):
         if torch.device(self.device).type == "cuda":  # since the rank started: loading, log-probs and updates
             out["perf/rank_peak_device_mb"] = torch.cuda.max_memory_allocated() / 2**20
         out.update(self._data_metrics())
-        _wait_for_copies(self.device)
+        # No wait of its own for the `kept` copies: they were queued on this stream before the grad-norm
+        # reads and `_host_values`' copy, which wait for the stream, so they have landed (one host wait
+        # per step, not two: benchmarks/bench_step_syncs.py).
         out["rows"] = _response_rows(kept, len(shard.rows), with_log_probs=skipped)
         return out
 
@@ -524,7 +526,7 @@ def _micro_seed(*parts: int) -> int:
 
 def _response_rows(kept: list[tuple], rows: int, *, with_log_probs: bool) -> dict[str, list | None]:
     """Per response of the shard, its entropy (and log-probs) cut at its length; None where unreadable.
-    Reads the host copies `step` queued (`_to_host`), so call it after the step's last device wait."""
+    Reads the host copies `step` queued (`_to_host`): call it after a wait for the stream they are on."""
     entropy: list[list[float] | None] = [None] * rows
     log_probs: list[list[float] | None] = [None] * rows
     for first, lengths, readable, ent, lp in kept:
