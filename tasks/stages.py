@@ -277,7 +277,8 @@ def _missing_outputs(result: StageResult | list[StageResult]) -> list[str]:
     return [p for r in results if isinstance(r, StageResult) for p in r.missing_outputs()]
 
 
-def _row(key: str, result: StageResult | None, seen: dict | None, benchmarks: list[str] = []) -> run_summary.StageRow:
+def _row(key: str, result: StageResult | None, seen: dict | None,
+         benchmarks: tuple[str, ...] | list[str] = ()) -> run_summary.StageRow:
     status, seconds = (seen["status"], seen["seconds"]) if seen else ("skipped", None)
     outputs = ([result.uri + (f" (v{result.version})" if result.version is not None else "")]
                if result and result.uri else [])

@@ -21,7 +21,7 @@ import mlflow
 from mlflow.tracking import MlflowClient
 
 from evr1.cluster.processes import same_process, started
-from evr1.tracking.store_init import default_tracking_uri, store_lock
+from evr1.tracking.store_init import default_tracking_uri, store_lock  # noqa: F401 (re-exported: evr1.tracking)
 
 
 _HELD = (signal.SIGINT, signal.SIGTERM)
