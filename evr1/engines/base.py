@@ -112,6 +112,9 @@ class EngineBase(abc.ABC):
     # `VisualFeatures` or None per prompt) and `encode_visual(prompts)` makes them: HF does, so a
     # colocated rank with a frozen tower and its engine encode each prompt once between them.
     accepts_visual: bool = False
+    # Whether a weight sync must send a tied tensor under each of its names (`weight_sync.iter_sync_weights`'s
+    # `tied_names`): vLLM's layerwise reload does not keep the tie its model was built with.
+    sync_tied_names: bool = False
 
     @abc.abstractmethod
     def generate(self, prompts: Sequence[PromptInputs], params: SamplingParams) -> list[list[Generation]]:

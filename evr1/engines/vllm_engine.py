@@ -101,6 +101,8 @@ def _nested_block_end(ids: list[int], start: int, vs: int, ve: int) -> int | Non
 class VLLMEngine(EngineBase):
     """`vllm.LLM` (blocking) or `vllm.v1.engine.async_llm.AsyncLLM` (asyncio) behind the Engine protocol."""
 
+    sync_tied_names = True  # `lm_head.weight` beside a tied embedding: the layerwise reload loses the tie
+
     def __init__(self, llm: Any, adapter: VisionLanguageAdapter | TextAdapter, *, asynchronous: bool = False,
                  sync_dir: str | None = None, sync_bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> None:
         self.llm = llm

@@ -72,6 +72,7 @@ class SeparateRollout:
         self._lock = submit_lock if submit_lock is not None else threading.Lock()
         self._updates = updates
         self._joined = False
+        self._tied_names = False  # whether the workers' engines need tied tensors under each name (at the join)
         self.version = 0  # the policy version the workers hold (0: the checkpoint they were built from)
 
     def _shares(self, n: int) -> list[tuple[int, int]]:
@@ -115,8 +116,9 @@ class SeparateRollout:
         """Rank 0 and the workers form the broadcast group (once, on the first sync)."""
         endpoint = ray.get(self.ranks[0].broadcast_endpoint.remote())
         size = len(self.actors) + 1
-        self._gather([self.ranks[0].join_broadcast.remote(endpoint, size),
-                      *[a.join_broadcast.remote(endpoint, w + 1, size) for w, a in enumerate(self.actors)]])
+        joined = self._gather([self.ranks[0].join_broadcast.remote(endpoint, size),
+                               *[a.join_broadcast.remote(endpoint, w + 1, size) for w, a in enumerate(self.actors)]])
+        self._tied_names = any(joined[1:])  # the workers' answers (rank 0's is None)
         self._joined = True
 
     def sync(self, version: int | None = None) -> dict[str, float]:
@@ -127,7 +129,8 @@ class SeparateRollout:
         t0 = time.perf_counter()
         with self._lock:
             version = self._updates() if version is None else version
-            sends = [self.messages.call(r.send_weights, self.weight_dtype, self.bucket_bytes) for r in self.ranks]
+            sends = [self.messages.call(r.send_weights, self.weight_dtype, self.bucket_bytes, self._tied_names)
+                     for r in self.ranks]
         receives = [self.messages.call(a.receive_weights, version) for a in self.actors]
         out = self._gather([*receives, *sends])
         got, sent = out[: len(receives)], out[len(receives)]

@@ -26,10 +26,16 @@ Two ways to gather, the same result bit for bit:
   the bytes); one full tensor at a time, one collective per tensor.
 
 Tensors that are not DTensors (a model that is not sharded, buffers) pass as they are, cast when
-floating. Tied weights (Qwen's tiny models tie `lm_head.weight` to
+floating. Tied weights (Qwen's tiny and small models tie `lm_head.weight` to
 `model.language_model.embed_tokens.weight`) are yielded once, under the name the saved checkpoint
 keeps: transformers drops the tied targets (`all_tied_weights_keys`, e.g. `lm_head.weight`) when saving;
-a model without that table keeps the first name in module order.
+a model without that table keeps the first name in module order. That is enough for an engine whose
+model keeps the tie (HF). `tied_names=True` yields the tensor under each of its names, one after the
+other (no second gather): vLLM ties them when it builds the model, but its layerwise reload
+(`vllm_sync.py`) re-creates each layer's parameters, so a `lm_head` that receives no weights of its own
+keeps the ones it had. Sent once, the output projection stayed at the checkpoint's values after every
+update (measured on vLLM's CPU build: log-prob gap 0.01 after one RL step, 0.1 after a warm-up step;
+2e-6 with both names). The cost is the tied tensor's bytes once more, for tied models only.
 
 Lifetime: FSDP frees a unit's unsharded parameters at `reshard()` (storage resized to 0). By default
 (`copy=True`) a yielded tensor that would be a view of that memory (the cast was a no-op: a bf16 gather
@@ -87,9 +93,10 @@ def _tied_targets(model: torch.nn.Module) -> set[str]:
         return set()
 
 
-def _plan(model: torch.nn.Module) -> list[tuple[FSDPModule | None, list[_Entry]]]:
-    """Every parameter and persistent buffer once, grouped by the FSDP unit that holds it (its nearest
-    `FSDPModule` ancestor, None outside any), units in module order, entries in state-dict order."""
+def _plan(model: torch.nn.Module, tied_names: bool = False) -> list[tuple[FSDPModule | None, list[_Entry]]]:
+    """Every parameter and persistent buffer once (`tied_names`: under each of its names), grouped by
+    the FSDP unit that holds it (its nearest `FSDPModule` ancestor, None outside any; a tied tensor's
+    names go with its first name's unit), units in module order, entries in state-dict order."""
     tied = _tied_targets(model)
     groups: dict[int, tuple[FSDPModule | None, list[_Entry]]] = {}
     aliases: dict[int, list[_Entry]] = {}  # id(tensor) -> every name it is registered under
@@ -118,15 +125,18 @@ def _plan(model: torch.nn.Module) -> list[tuple[FSDPModule | None, list[_Entry]]
 
     visit(model, "", None)
     for tid, names in aliases.items():  # insertion order: the module walk's, by first name
+        if tied_names:
+            groups[owner[tid]][1].extend(names)
+            continue
         kept = [e for e in names if e.name not in tied] or names
         groups[owner[tid]][1].append(kept[0])
     return [(unit, entries) for unit, entries in groups.values() if entries]
 
 
-def sync_names(model: torch.nn.Module) -> list[str]:
+def sync_names(model: torch.nn.Module, tied_names: bool = False) -> list[str]:
     """The names `iter_sync_weights(model, ...)` yields, in its order, without gathering anything (not
     collective): what an engine holding this architecture expects (`check_complete`)."""
-    return [e.name for _, entries in _plan(model) for e in entries]
+    return [e.name for _, entries in _plan(model, tied_names) for e in entries]
 
 
 def _cast(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
@@ -152,9 +162,10 @@ def _exact_after_unshard(entries: list[_Entry], stored: dict[str, torch.dtype], 
 
 
 def iter_sync_weights(model: torch.nn.Module, *, dtype: torch.dtype | None, layerwise: bool = True,
-                      copy: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, full tensor) for every parameter and persistent buffer of `model`, each once, floating ones
-    cast to `dtype` (None: as stored), in `sync_names(model)`'s order. COLLECTIVE: every rank of the FSDP
+                      copy: bool = True, tied_names: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, full tensor) for every parameter and persistent buffer of `model`, each once (`tied_names`:
+    a tied one under each of its names, see the module docstring), floating ones cast to `dtype` (None:
+    as stored), in `sync_names(model, tied_names)`'s order. COLLECTIVE: every rank of the FSDP
     group runs it to the end, in the same order; a rank that stops early leaves its peers waiting in a
     gather (the process group's timeout ends it).
 
@@ -167,7 +178,7 @@ def iter_sync_weights(model: torch.nn.Module, *, dtype: torch.dtype | None, laye
     for module in model.modules():  # one a forward left unsharded (the root) shows its stored tensors again
         if isinstance(module, FSDPModule):
             module.reshard()  # not collective; a no-op when sharded
-    plan = _plan(model)
+    plan = _plan(model, tied_names)
     for unit, entries in plan:
         if layerwise and unit is not None:
             yield from _unit_items(unit, entries, dtype, copy)

@@ -11,6 +11,8 @@ Checked on every rank, in the parent (each rank sends what it found through a qu
 * its names are the saved checkpoint's safetensors keys (in state-dict naming), each exactly once:
   the tied `lm_head.weight` is sent once, as `model.language_model.embed_tokens.weight`;
 * layerwise=True (per unit) and layerwise=False (per tensor) give the same items in the same order;
+* `tied_names=True` (what a vLLM engine needs) sends the same stream plus `lm_head.weight` right after
+  the embedding, equal to it, and `sync_names(model, tied_names=True)` lists it;
 * dtype=None keeps float32 exactly although the units gather bf16 (the per-tensor fallback), also when
   a forward left the root unit unsharded; afterwards every parameter is sharded again;
 * `counting` and `check_complete` agree with the stream, and `HFEngine.update_weights` takes it as is
@@ -102,6 +104,10 @@ def _problems(model_dir: str, mesh, policy, rank: int) -> dict[str, object]:
     out["tie_differs"] = not torch.equal(sd["lm_head.weight"], sd["model.language_model.embed_tokens.weight"])
     out["per_tensor_differs"] = [n for (n, a), (m, b) in zip(layerwise, per_tensor, strict=True)
                                  if n != m or a.dtype != b.dtype or not torch.equal(a, b)]
+    both = list(iter_sync_weights(model, dtype=bf16, tied_names=True))
+    out["tied_names"] = [n for n, _ in both]
+    out["tied_names_listed"] = sync_names(model, tied_names=True) == out["tied_names"]
+    out["tied_not_equal"] = [n for n, t in both if not torch.equal(t, sd[n].to(bf16))]
 
     # copy=False: each item used before the next is requested (a view of the unsharded unit is fine then)
     borrowed = [(n, t.clone()) for n, t in iter_sync_weights(model, dtype=bf16, copy=False)]
@@ -194,6 +200,9 @@ def test_streamed_sync_equals_the_full_state_dict_in_bf16_on_two_gloo_ranks(tmp_
         assert "model.language_model.embed_tokens.weight" in out["names"], where
         assert out["left_out_of_state_dict"] == ["lm_head.weight"] and not out["tie_differs"], where
         assert not out["sync_names_differ"], where
+        embed = out["names"].index("model.language_model.embed_tokens.weight")
+        assert out["tied_names"] == [*out["names"][:embed + 1], "lm_head.weight", *out["names"][embed + 1:]], where
+        assert out["tied_names_listed"] and out["tied_not_equal"] == [], where
         for check in ("not_bf16", "not_equal_bf16", "per_tensor_differs", "borrowed_differs", "not_equal_fp32",
                       "left_unsharded", "engine_differs"):
             assert out[check] == [], f"{where}: {check}: {out[check]}"

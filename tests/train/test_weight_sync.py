@@ -172,3 +172,17 @@ def test_a_tied_target_is_left_out_under_the_name_transformers_saves():
     assert sync_names(model) == ["steps", "embed.weight", "block.weight", "block.bias"]
     names = [n for n, _ in iter_sync_weights(model, dtype=torch.float16)]
     assert names == sync_names(model)
+
+
+def test_tied_names_sends_a_tied_tensor_under_each_name_one_after_the_other():
+    """What a vLLM engine needs (`VLLMEngine.sync_tied_names`): its layerwise reload loses the tie, so
+    `lm_head.weight` must arrive under its own name too; the same values, gathered once."""
+    for head_first in (False, True):
+        model = _Tiny(head_first=head_first)
+        model._tied_weights_keys = {"lm_head.weight": "embed.weight"}
+        items = list(iter_sync_weights(model, dtype=torch.bfloat16, tied_names=True))
+        pair = ["lm_head.weight", "embed.weight"] if head_first else ["embed.weight", "lm_head.weight"]
+        assert [n for n, _ in items] == ["steps", *pair, "block.weight", "block.bias"] == sync_names(model, tied_names=True)
+        got = dict(items)
+        assert torch.equal(got["lm_head.weight"], got["embed.weight"])
+        assert torch.equal(got["embed.weight"], model.embed.weight.detach().to(torch.bfloat16))

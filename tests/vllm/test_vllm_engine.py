@@ -30,6 +30,7 @@ from evr1.models import load_adapter, make_tiny
 from evr1.models.packed import packed_response_log_probs
 from evr1.models.runtime import response_log_probs
 from evr1.models.tiny import VLLM_SIZES
+from evr1.train.weight_sync import iter_sync_weights
 from evr1.video.clip import VideoClip
 
 pytestmark = pytest.mark.vllm
@@ -197,6 +198,31 @@ def test_weight_sync_moves_weights_and_the_caches_follow(fam):
         fam.hf.update_weights(fam.base)
     assert_parity(fam)
     assert [o[0].token_ids for o in fam.vllm.generate(prompts, GREEDY)] == old
+
+
+def test_the_trainers_sync_stream_reaches_a_tied_output_projection(fam):
+    """What a policy rank sends (`iter_sync_weights`, one FSDP unit at a time) into vLLM, for a model
+    that ties `lm_head` to the embedding (the tiny models do, as Qwen's small ones). Sent once under the
+    checkpoint's name, vLLM's `lm_head` keeps its old weights (its layerwise reload loses the tie): the
+    parity fails. Sent under both names (`VLLMEngine.sync_tied_names`), vLLM follows the policy."""
+    assert VLLMEngine.sync_tied_names
+    new = fam.perturbed(seed=13)
+    new["lm_head.weight"] = new["model.language_model.embed_tokens.weight"]  # tied, as the policy's are
+    try:
+        fam.hf.update_weights(new)
+        model = fam.hf.model
+        assert model.lm_head.weight.data_ptr() == model.model.language_model.embed_tokens.weight.data_ptr()
+        once = list(iter_sync_weights(model, dtype=torch.float32))
+        assert "lm_head.weight" not in dict(once)
+        fam.vllm.update_weights(once)
+        with pytest.raises(AssertionError, match="log-prob|HF"):
+            assert_parity(fam, ("text",))
+        fam.vllm.update_weights(iter_sync_weights(model, dtype=torch.float32, tied_names=True))
+        assert_parity(fam)
+    finally:
+        fam.vllm.update_weights(fam.base)
+        fam.hf.update_weights(fam.base)
+    assert_parity(fam, ("text",))
 
 
 def test_weight_sync_in_the_default_multiprocess_engine(model_dirs):

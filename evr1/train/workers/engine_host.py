@@ -49,7 +49,7 @@ class EngineHost:
         t0 = time.perf_counter()
         self.engine.wake_up(("weights",))
         t1 = time.perf_counter()
-        gather = _Timed(iter_sync_weights(self.model, dtype=self.engine.weight_dtype))
+        gather = _Timed(iter_sync_weights(self.model, dtype=self.engine.weight_dtype, tied_names=self.engine.tied_names))
         report = self.engine.load_weights(gather, version)
         t2 = time.perf_counter()
         self.engine.reset_caches()
@@ -81,13 +81,14 @@ class EngineHost:
 
         self.broadcast = BroadcastGroup(endpoint, 0, size)
 
-    def send_weights(self, dtype: str, bucket_bytes: int) -> dict[str, float]:
+    def send_weights(self, dtype: str, bucket_bytes: int, tied_names: bool = False) -> dict[str, float]:
         """Collective, for separate rollout workers: every rank gathers (one FSDP unit at a time);
         rank 0 broadcasts the tensors in buckets of `bucket_bytes` to every worker at once
-        (`transport.BroadcastGroup`): nothing through the driver or Ray's object store."""
+        (`transport.BroadcastGroup`): nothing through the driver or Ray's object store. `tied_names`:
+        what the workers' engines need (`RolloutWorker.tied_names`)."""
         from evr1.train.weight_sync import iter_sync_weights
 
-        gather = _Timed(iter_sync_weights(self.model, dtype=getattr(torch, dtype)))
+        gather = _Timed(iter_sync_weights(self.model, dtype=getattr(torch, dtype), tied_names=tied_names))
         if getattr(self, "broadcast", None) is None:
             for _ in gather:
                 pass

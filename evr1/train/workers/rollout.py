@@ -152,6 +152,11 @@ class RolloutWorker:
             return dtype
         return next(self.engine.model.parameters()).dtype
 
+    @property
+    def tied_names(self) -> bool:
+        """Whether a sync sends a tied tensor under each of its names (`EngineBase.sync_tied_names`)."""
+        return bool(getattr(self.engine, "sync_tied_names", False))
+
     def expected_names(self) -> set[str] | None:
         """Every weight name a complete sync must send (parameters and persistent buffers, a tied
         weight once), for engines whose model this process can see (HF); None for vLLM, whose
@@ -159,7 +164,7 @@ class RolloutWorker:
         from evr1.train.weight_sync import sync_names
 
         model = getattr(self.engine, "model", None)
-        return None if model is None else set(sync_names(model))  # the rule the sync's iterator follows
+        return None if model is None else set(sync_names(model, self.tied_names))  # the iterator's rule
 
     def wake_up(self, tags: tuple[str, ...] = ("weights", "kv_cache")) -> None:
         """Bring back what `sleep` freed (vLLM on a GPU with sleep mode); a no-op elsewhere."""
@@ -210,11 +215,13 @@ class RolloutWorker:
         self.events.append("load")
         return {"tensors": float(len(sent)), "bytes": float(nbytes), "load_s": time.perf_counter() - t0}
 
-    def join_broadcast(self, endpoint: str, member: int, size: int) -> None:
-        """Join the weight broadcast group (`transport.BroadcastGroup`) as member `member` of `size`."""
+    def join_broadcast(self, endpoint: str, member: int, size: int) -> bool:
+        """Join the weight broadcast group (`transport.BroadcastGroup`) as member `member` of `size`.
+        Returns whether this engine needs tied tensors under each name (`tied_names`): what rank 0 sends."""
         from evr1.train.transport import BroadcastGroup
 
         self.broadcast = BroadcastGroup(endpoint, member, size)
+        return self.tied_names
 
     def receive_weights(self, version: int) -> dict[str, float]:
         """The separate placement's side of a sync: the buckets policy rank 0 broadcasts, each
