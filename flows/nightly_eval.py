@@ -27,7 +27,9 @@ def nightly_eval(config: str = "conf/nightly_tiny.yaml", overrides: list[str] | 
     log = get_run_logger()
     model = stages.registered_model(cfg, model_name)
     log.info(f"evaluating {model.extra.get('name')} version {model.version}: {model.uri}")
-    needs_data = any(b == "heldout" for b in cfg.eval.benchmarks)
+    from evr1.eval.heldout import uses_run_samples
+
+    needs_data = uses_run_samples(cfg.eval.benchmarks)  # the run's held-out or test split
     samples = stages.ingest(cfg) if needs_data else StageResult(stage="ingest", uri="")
     frames = StageResult(stage="cache", uri="")
     results = {"model": model}

@@ -38,11 +38,13 @@ def train_flow(config: str = "conf/tiny.yaml", overrides: list[str] | None = Non
 def eval_flow(config: str, model_dir: str, overrides: list[str] | None = None,
               benchmarks: list[str] | None = None) -> dict[str, StageResult]:
     """Evaluate any Hugging Face model directory on benchmarks (default `eval.benchmarks`) and publish
-    the suite table; the run's data is ingested and cached only when the held-out split is asked for."""
+    the suite table; the run's data is ingested and cached only when its held-out or test split is asked for."""
+    from evr1.eval.heldout import uses_run_samples
+
     cfg = load_config(config, overrides or [])
     names = benchmarks or cfg.eval.benchmarks
     base = StageResult(stage="model", uri=model_dir)
-    if "heldout" in names:
+    if uses_run_samples(list(names)):  # the run's held-out or test split
         samples = stages.ingest(cfg)
         frames = stages.cache(cfg, samples, base)
     else:

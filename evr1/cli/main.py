@@ -365,8 +365,10 @@ def eval_(config: ConfigArg,
     Each benchmark's items are answered by MODEL through one engine, scored
     with the benchmark's official metric, a table per benchmark and one for the suite (files under
     <run folder>/eval/, metrics in MLflow; a registered version is tagged with its scores). Resumable:
-    a rerun scores only the items that have no result yet. `heldout` is the config's own held-out split."""
+    a rerun scores only the items that have no result yet. `heldout` and `test` are the config's own
+    held-out and test splits."""
     from evr1 import pipeline
+    from evr1.eval.heldout import uses_run_samples
     from evr1.eval.reference import guess_model
     from evr1.eval.report import suite_table
     from evr1.eval.runner import EvalSummary
@@ -376,7 +378,7 @@ def eval_(config: ConfigArg,
 
     cfg = _config(config, overrides, USES["eval"])
     names = benchmark or cfg.eval.benchmarks
-    needs_data = "heldout" in names
+    needs_data = uses_run_samples(list(names))  # the run's held-out or test split
     resolved = _eval_model(cfg, config, model)  # before any data is made: a missing model says so at once
     _refuse(config, preflight(cfg, ("data",)) if needs_data else [])
     samples = pipeline.stage_ingest(cfg) if needs_data else StageResult(stage="ingest", uri="")

@@ -59,7 +59,11 @@ class StratifyConfig(Section):
 
 class DataConfig(Section):
     train_files: list[str] = []
-    eval_files: list[str] = []
+    eval_files: list[str] = []  # the held-out split: validation during training, the `heldout` benchmark
+    # A test split: ingested and cached with the others, never read by training or validation, scored
+    # once at the end by the `test` benchmark (add it to eval.benchmarks). Choose configs on `heldout`,
+    # report `test`. data.synth.test fills it for a synthetic set.
+    test_files: list[str] = []
     # Relative media paths are joined to this root; paths escaping it are rejected at ingestion.
     data_root: str | None = None
     synth: SynthConfig | None = None

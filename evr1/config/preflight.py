@@ -125,6 +125,8 @@ def _data(cfg: Config) -> Iterator[str | None]:
             yield _readable_file(f"data.train_files[{i}]", f, folder_ok=True)
         for i, f in enumerate(d.eval_files):
             yield _readable_file(f"data.eval_files[{i}]", f, folder_ok=True)
+        for i, f in enumerate(d.test_files):
+            yield _readable_file(f"data.test_files[{i}]", f, folder_ok=True)
     if d.data_root:
         yield _folder("data.data_root", d.data_root)
 

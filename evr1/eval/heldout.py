@@ -1,12 +1,16 @@
-"""The held-out split of an ingested dataset (e.g. the synthetic one) as a benchmark.
+"""The held-out and test splits of an ingested dataset (e.g. the synthetic one) as benchmarks.
 
 Scored with the same reward library as training (`evr1.rewards`), so a rise in training reward and
 a rise in held-out accuracy mean the same thing; asked with the run's own template under any profile.
+`heldout` is what validation during training reads, and so what configs get chosen on; `test`
+(`data.test_files`, `data.synth.test`) is read by nothing else: scored once, at the end, it is the
+figure to report.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 
 from evr1 import prompts, rewards
 from evr1.data.ingest import read_samples, reward_sample
@@ -33,3 +37,17 @@ HELDOUT = register_benchmark(Benchmark(
     aggregate=accuracy(), extra={"single_profile": True},  # the groups (problem types) are the breakdown
     description="The held-out split of the run's own dataset, scored with the training reward's accuracy.",
 ))
+
+TEST = register_benchmark(Benchmark(
+    name="test", title="Test split", load_fn=partial(_load, split="test"), prompt=_prompt, score=_score,
+    aggregate=accuracy(), extra={"single_profile": True},
+    description="The test split of the run's own dataset (data.test_files, data.synth.test), read by nothing "
+                "but this: scored once at the end, with the training reward's accuracy.",
+))
+
+
+def uses_run_samples(names: list[str]) -> bool:
+    """Whether any of these benchmarks reads the run's own samples (so the data must be ingested and cached)."""
+    from evr1.eval.benchmark import get_benchmark
+
+    return any(get_benchmark(name).extra.get("single_profile") for name in names)

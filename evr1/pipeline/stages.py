@@ -35,19 +35,22 @@ def stage_ingest(cfg: Config, *, run_key: str | None = None) -> StageResult:
         rewards.load_reward_function(ref)
     p = run_paths(cfg)
     d = cfg.data
-    train_files, eval_files, root = list(d.train_files), list(d.eval_files), d.data_root
+    train_files, eval_files, test_files, root = list(d.train_files), list(d.eval_files), list(d.test_files), d.data_root
     tr = tracker(cfg, run_key)
     with tr.stage("ingest"):
         if d.synth is not None:
             s = d.synth
             rep = make_synthetic(p["data"] / "synth", s.n, seed=s.seed, heldout=s.heldout,
                                  image_fraction=s.image_fraction, size=tuple(s.size), fps=s.fps, seconds=s.seconds, kinds=s.kinds or None,
-                                 test=s.test)  # test.jsonl beside them: not ingested, scored once at the end
+                                 test=s.test)
             train_files, eval_files, root = [str(rep.train_path)], [str(rep.heldout_path)], str(p["data"] / "synth")
+            test_files = [str(rep.test_path)] if rep.test_path else []
         samples_uri, rejects_uri = str(p["lance"] / "samples"), str(p["lance"] / "rejects")
         prompt_limit = limit_for_config(cfg)  # over-long records are rejected with their length
         reports = []
-        for split, files, mode in (("train", train_files, "overwrite"), ("heldout", eval_files, "append")):
+        # The test split is ingested (and cached) with the others; training and validation never read it.
+        for split, files, mode in (("train", train_files, "overwrite"), ("heldout", eval_files, "append"),
+                                   ("test", test_files, "append")):
             if not files:
                 continue
             reports.append(ingest(files, samples_uri, rejects_uri, split=split, data_root=root,
@@ -58,10 +61,10 @@ def stage_ingest(cfg: Config, *, run_key: str | None = None) -> StageResult:
         accepted = sum(r.accepted for r in reports)
         rejected = sum(r.rejected for r in reports)
         metrics = {"read": read, "accepted": accepted, "rejected": rejected,
-                   **{f"accepted_{r_split}": r.accepted for r_split, r in zip(("train", "heldout"), reports)}}
+                   **{f"accepted_{r.split}": r.accepted for r in reports}}
         tr.log_metrics(metrics)
         tr.log_dict({"reports": [r.model_dump(mode="json") for r in reports]}, "ingest_report.json")
-        tag_stage(tr, cfg, "ingest", in_files=",".join(map(str, train_files + eval_files))[:5000],
+        tag_stage(tr, cfg, "ingest", in_files=",".join(map(str, train_files + eval_files + test_files))[:5000],
                  out_samples_uri=samples_uri, out_samples_version=reports[-1].samples_version if reports else None,
                  out_rejects_uri=rejects_uri)
     return StageResult(stage="ingest", uri=samples_uri, version=reports[-1].samples_version,
