@@ -93,6 +93,64 @@ def summary(run_dir: Path, target: float = 0.8) -> dict:
     }
 
 
+def at_steps(run_dir: Path, steps: tuple[int, ...]) -> dict[str, dict[int, float]]:
+    """Held-out accuracy (overall and per family) at the given validation steps, where logged."""
+    out: dict[str, dict[int, float]] = {}
+    for key, points in validation(run_dir).items():
+        name = "all" if key == "val/accuracy" else key.rsplit("/", 1)[1]
+        out[name] = {step: value for step, value, _ in points if step in steps}
+    return out
+
+
+def test_rows(run_dir: Path) -> list[dict]:
+    """The run's test split as ingested (`data.test_files`, `data.synth.test`)."""
+    from evr1.data.ingest import read_samples
+
+    return read_samples(str(run_dir / "lance" / "samples"), split="test")
+
+
+def test_scores(run_dir: Path) -> dict:
+    """The `test` benchmark's scores of the run's merged model (the eval stage, once at the end):
+    overall and per family (`evr1.train.breakdown.family`: the synthetic kind, else the problem type)."""
+    from evr1.train.breakdown import family
+
+    tags = stage_run(run_dir, "eval-test").data.tags
+    results = Path(tags["evr1.out.results"]) / "results.jsonl"
+    latest = {}
+    for line in results.read_text().splitlines():
+        record = json.loads(line)
+        latest[str(record["id"])] = float(record.get("score", 0.0))
+    per: dict[str, list[float]] = {}
+    for row in test_rows(run_dir):
+        per.setdefault(family(row), []).append(latest.get(str(row["sample_id"]), 0.0))  # unscored counts as wrong
+    scores = [v for values in per.values() for v in values]
+    return {"accuracy": sum(scores) / max(len(scores), 1), "items": len(scores),
+            "by_family": {k: sum(v) / len(v) for k, v in sorted(per.items())},
+            "items_by_family": {k: len(v) for k, v in sorted(per.items())}}
+
+
+def answer_floors(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Per family, what answering without looking scores on these rows, by the training reward's
+    accuracy: `chance` (an answer drawn uniformly from each item's answer space, in expectation) and
+    `constant` (the best single answer given to every item: the floor a collapsed policy sits at)."""
+    from evr1 import rewards
+    from evr1.data.ingest import reward_sample
+    from evr1.train.breakdown import family
+    from evr1.train.warmup import answer_space
+
+    chance: dict[str, list[float]] = {}
+    constant: dict[str, dict[str, list[float]]] = {}
+    for row in rows:
+        item, name = reward_sample(dict(row)), family(row)
+        scores = {a: float(rewards.compute_score(f"<answer>{a}</answer>", item)["accuracy"]) for a in answer_space(row)}
+        chance.setdefault(name, []).append(sum(scores.values()) / len(scores))
+        for answer, value in scores.items():
+            constant.setdefault(name, {}).setdefault(answer, []).append(value)
+    return {name: {"chance": sum(v) / len(v),
+                   "constant": max(sum(x) / len(x) for x in constant[name].values() if len(x) == len(v))}
+            for name, v in sorted(chance.items())}
+
+
 def plot(runs: dict[str, Path], out: Path, target: float = 0.8) -> Path:
     """Held-out accuracy (overall, solid; per family, thin) against step, one colour per run; then, for
     the runs that logged them, the learning-signal diagnostics per family (`DIAGNOSTICS`)."""
