@@ -6,11 +6,14 @@ Ray, FSDP2 on 2 ranks, HF generation. The warm-up trains on answers drawn unifor
 teaches the answer tags and nothing about which letter is right: held-out accuracy after it is at
 chance, and everything above that is RL's doing. docs/learning.md has the four-family run.
 
-Measured (2 cores, ~2.5 min), 100 RL steps of 16 clips × 8 responses with conf/learning.yaml's frozen
-tower, `</answer>` stop and fresh RL optimizer, and a 60-step warm-up, for run seeds 1 and 2:
-held-out 0.19 and 0.28 after the warm-up, 0.53 and 0.28 at step 50, 0.81 and 0.81 after RL; train
-accuracy 0.22 and 0.23 on the first 10 steps, 0.77 and 0.76 on the last 10. The first rise comes at
-a step that varies from seed to seed, so the test gives it 100.
+Measured with the current conf/learning.yaml (Dr. GRPO's unscaled advantage, no format term,
+batches stratified by family: one family here), 100 RL steps of 16 clips × 8 responses, the frozen
+tower, `</answer>` stop, fresh RL optimizer and a 60-step warm-up, run seed 0: held-out 0.19 after
+the warm-up, 0.81 after RL; train accuracy 0.24 on the first 10 steps, 0.75 on the last 10 (809 s
+while a CI run loaded the machine; about 150 s alone). With the previous config (std-normalised
+advantages, format weight 0.1), seeds 1 and 2 gave 0.81 and 0.81. The first rise comes at a step that
+varies from seed to seed, so the test gives it 100. No test split here (`data.synth.test=0`): the
+test asserts on the held-out split it validates on, and says so.
 """
 
 from pathlib import Path
@@ -29,7 +32,7 @@ CHANCE = 0.25
 def test_rl_lifts_held_out_accuracy_on_an_easy_video_family(tmp_path):
     cfg = load_config(ROOT / "conf/learning.yaml", [
         f"run.root={tmp_path}", "run.name=learn-video", "tracking.enabled=false", "cache.workers=0",
-        "data.synth.kinds=[screen_colour]", "data.synth.n=160", "data.synth.heldout=32",
+        "data.synth.kinds=[screen_colour]", "data.synth.n=160", "data.synth.heldout=32", "data.synth.test=0",
         "trainer.steps=100", "trainer.val_every=50", "trainer.prompts_per_step=16", "rollout.n=8",
         "trainer.mini_batch_size=null", "trainer.ppo_epochs=1", "trainer.save_every=0", "trainer.warmup_sft_steps=60",
     ])
@@ -39,6 +42,8 @@ def test_rl_lifts_held_out_accuracy_on_an_easy_video_family(tmp_path):
     after = result.history[-1]["val/accuracy/screen_colour"]
     train_acc = np.array([h["reward/accuracy/screen_colour"] for h in result.history])
     assert len(train_acc) == 100
+    print(f"held-out {before:.3f} -> {after:.3f}; train accuracy first 10 {train_acc[:10].mean():.3f}, "
+          f"last 10 {train_acc[-10:].mean():.3f}")
     assert before < CHANCE + 0.2, f"the warm-up revealed answers: held-out {before:.3f} before RL"
     assert after >= 0.6, f"held-out accuracy {before:.3f} → {after:.3f} after 100 RL steps"
     assert train_acc[-10:].mean() > train_acc[:10].mean() + 0.25, train_acc.round(3).tolist()

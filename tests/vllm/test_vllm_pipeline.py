@@ -60,13 +60,16 @@ def test_colocated_vllm_engines_generate_what_one_separate_engine_does(tmp_path)
     """Two ranks, each with a vLLM engine in its own process (rollout.placement: colocated), against
     one separate vLLM worker, at the same seeds: the same samples and rewards (each prompt's seed comes
     from the data, vLLM seeds each request), the same bytes moved per engine; and after every sync the
-    engines hold the policy (the gap between their log-probs and the trainer's stays at fp32 noise)."""
+    engines hold the policy (the gap between their log-probs and the trainer's stays at fp32 noise, on
+    both placements, after a warm-up step has moved every weight; a stale lm_head read 0.01-0.1)."""
     common = [
         "tracking.enabled=false", "cache.workers=0", "data.synth.n=6", "data.synth.heldout=1",
         "model.tiny.sizes={num_attention_heads: 2, num_key_value_heads: 1}", "model.tiny.init=prompt_dependent",
         "rollout.engine=vllm", "rollout.n=2", "rollout.max_new_tokens=8",
         "rollout.vllm={enforce_eager: true, max_model_len: 2048, kv_cache_gib: 0.5}",
-        "trainer.steps=2", "trainer.warmup_sft_steps=0", "trainer.prompts_per_step=2", "trainer.world_size=2",
+        # One warm-up step moves the weights before the first sync: a random model's rewards are all 0
+        # (no gradient), so without it every sync would hand over the checkpoint's own weights.
+        "trainer.steps=2", "trainer.warmup_sft_steps=1", "trainer.prompts_per_step=2", "trainer.world_size=2",
         "trainer.val_every=0", "trainer.save_every=0", "trainer.lr=0.01",
     ]
     histories = {}
@@ -83,3 +86,4 @@ def test_colocated_vllm_engines_generate_what_one_separate_engine_does(tmp_path)
         for key in ("reward/overall", "response/length_mean", "perf/sync_bytes"):
             assert col[key] == pytest.approx(sep[key], rel=1e-6), key
         assert col["rollout/logprob_gap_max"] < 1e-3, col
+        assert sep["rollout/logprob_gap_max"] < 1e-3, sep
