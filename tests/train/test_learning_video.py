@@ -29,6 +29,9 @@ CHANCE = 0.25
 
 
 @pytest.mark.slow
+# The suite's 900 s limit is a hang guard; this test trains 160 steps and took 809-909 s on this
+# 2-core machine while another run loaded it (about 150 s alone). Its assertions are unchanged.
+@pytest.mark.timeout(1800)
 def test_rl_lifts_held_out_accuracy_on_an_easy_video_family(tmp_path):
     cfg = load_config(ROOT / "conf/learning.yaml", [
         f"run.root={tmp_path}", "run.name=learn-video", "tracking.enabled=false", "cache.workers=0",
