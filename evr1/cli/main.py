@@ -27,6 +27,7 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 from evr1.cli.app import _ARGV, _DEBUG, HELP, _App, _Typer, error_line, examples  # noqa: E402,F401 (_DEBUG: tests)
+from evr1.cli.config_args import RUN_ONLY, USES, ConfigArg, Overrides, load_checked, refuse  # noqa: E402
 from evr1.cli.run_support import (SPAWNED_ENV, STARTED_ENV, _close_killed_runs, _process_started,  # noqa: E402
                                   _startup_spans, _tool, quiet_prefect)
 
@@ -55,54 +56,6 @@ def _main(debug: Annotated[bool, typer.Option("--debug", help="show the full tra
 
 
 FORCEABLE = ("ingest", "model", "cache", "train", "merge", "eval")  # the stage tasks' names
-Overrides = Annotated[Optional[list[str]], typer.Argument(
-    metavar="KEY=VALUE", show_default=False,
-    help="config overrides, e.g. trainer.steps=8 'rollout.vllm={enforce_eager: true}' (`evr1 --help`: the syntax)")]
-ConfigArg = Annotated[Path, typer.Argument(metavar="CONFIG", help="the YAML config (conf/*.yaml)", show_default=False)]
-
-
-# What each command reads outside its config, checked before it starts work (`evr1.config.preflight`).
-ALL = None
-RUN_ONLY: tuple[str, ...] = ()
-USES: dict[str, tuple[str, ...] | None] = {
-    "run": ALL,
-    "ingest": ("data", "model", "reward"),
-    "cache": ("data", "model", "orchestration"),
-    "train": ("data", "model", "reward", "orchestration", "tracking"),
-    "eval": ("eval", "reward", "orchestration", "tracking"),
-    "plan": (),  # plans for a cluster: the model folder need not be on this machine
-}
-
-
-def _config(path: Path, overrides: list[str] | None, uses: tuple[str, ...] | None = RUN_ONLY):
-    """The validated config, and with `uses` the paths and services it names checked too: every
-    problem one line (key, value, what was expected), exit 2, before any work starts."""
-    from evr1.config import ConfigError, load_config, preflight
-
-    try:
-        cfg = load_config(path, overrides or [])
-    except ConfigError as e:
-        if _DEBUG["on"]:
-            raise
-        print(f"evr1: config error: {error_line(e)}", file=sys.stderr)
-        raise typer.Exit(2) from None
-    _refuse(path, preflight(cfg, uses) if uses != RUN_ONLY else [])
-    return cfg
-
-
-def _refuse(path: Path, problems: list[str], hint: str | None = None) -> None:
-    if problems and _DEBUG["on"]:
-        from evr1.config import ConfigError
-
-        raise ConfigError("\n".join(f"{path}: {line}" for line in problems))
-    for line in problems:
-        print(f"evr1: config error: {path}: {line}", file=sys.stderr)
-    if problems and hint:
-        print(f"evr1: hint: {hint}", file=sys.stderr)
-    if problems:
-        raise typer.Exit(2)
-
-
 @app.command(epilog=examples(
     "# conf/tiny.yaml: a tiny model on synthetic videos, CPU",
     "evr1 run",
@@ -131,7 +84,7 @@ def run(config: Annotated[Path, typer.Argument(metavar="CONFIG", help="the YAML 
     stretch without one; Prefect's own log lines go to <run folder>/logs/prefect.log (and the Prefect UI)."""
     from evr1.cli import interrupt
 
-    cfg = _config(config, overrides, RUN_ONLY if interrupt.in_child() else USES["run"])  # the parent checked
+    cfg = load_checked(config, overrides, RUN_ONLY if interrupt.in_child() else USES["run"])  # the parent checked
     unknown = sorted(set(force or []) - set(FORCEABLE) - {"all"})
     if unknown:
         print(f"evr1: error: --force {', '.join(unknown)}: not a stage (stages: {', '.join(FORCEABLE)}, or all)",
@@ -207,7 +160,7 @@ def show_config(config: Annotated[Path, typer.Argument(metavar="CONFIG", help="t
     """Print the resolved config (file + overrides + every default) as YAML, after validation."""
     import yaml
 
-    cfg = _config(config, overrides)
+    cfg = load_checked(config, overrides)
     print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), end="")
 
 
@@ -236,7 +189,7 @@ def plan(config: ConfigArg, overrides: Overrides = None,
     shapes are built in)."""
     from evr1.train.plan import plan_for_config
 
-    cfg = _config(config, overrides, USES["plan"])
+    cfg = load_checked(config, overrides, USES["plan"])
     h, w = (int(x) for x in video_size.lower().split("x"))
     print(plan_for_config(cfg, gpu_gib=gpu_memory_gib, world_size=world_size, source_hw=(h, w),
                           prompt_text=prompt_text_tokens, colocated=colocated))
@@ -289,7 +242,7 @@ def ingest(config: ConfigArg, overrides: Overrides = None) -> None:
     """Validate the configured dataset into Lance samples + rejects (each rejected record with its reason)."""
     from evr1.pipeline import stage_ingest
 
-    console.print(stage_ingest(_config(config, overrides, USES["ingest"])).summary())
+    console.print(stage_ingest(load_checked(config, overrides, USES["ingest"])).summary())
 
 
 @app.command(epilog=examples("evr1 cache conf/tiny.yaml", "evr1 cache conf/tiny.yaml cache.max_frames=16",
@@ -303,7 +256,7 @@ def cache(config: ConfigArg, overrides: Overrides = None,
     from evr1 import pipeline
     from evr1.pipeline.results import StageResult
 
-    cfg = _config(config, overrides, USES["cache"])
+    cfg = load_checked(config, overrides, USES["cache"])
     if benchmarks:
         model = StageResult(stage="model", uri=str(model_dir)) if model_dir else pipeline.stage_model(cfg)
         console.print(pipeline.stage_cache_benchmarks(cfg, model).summary())
@@ -318,7 +271,7 @@ def train(config: ConfigArg, overrides: Overrides = None) -> None:
     """Ingest, cache and train (resuming from the run folder's latest checkpoint)."""
     from evr1 import pipeline
 
-    cfg = _config(config, overrides, USES["train"])
+    cfg = load_checked(config, overrides, USES["train"])
     samples, base = pipeline.stage_ingest(cfg), pipeline.stage_model(cfg)
     frames = pipeline.stage_cache(cfg, samples, base)
     console.print(pipeline.stage_train(cfg, samples, frames, base).summary())
@@ -376,11 +329,11 @@ def eval_(config: ConfigArg,
 
     from evr1.config import preflight
 
-    cfg = _config(config, overrides, USES["eval"])
+    cfg = load_checked(config, overrides, USES["eval"])
     names = benchmark or cfg.eval.benchmarks
     needs_data = uses_run_samples(list(names))  # the run's held-out or test split
     resolved = _eval_model(cfg, config, model)  # before any data is made: a missing model says so at once
-    _refuse(config, preflight(cfg, ("data",)) if needs_data else [])
+    refuse(config, preflight(cfg, ("data",)) if needs_data else [])
     samples = pipeline.stage_ingest(cfg) if needs_data else StageResult(stage="ingest", uri="")
     frames = pipeline.stage_cache(cfg, samples, resolved) if needs_data else StageResult(stage="cache", uri="")
     summaries = []
@@ -404,14 +357,14 @@ def _eval_model(cfg, config: Path, model: str):
         try:
             name, version, folder, sha = resolve_model_uri(uri, model)
         except (LookupError, ValueError) as e:
-            _refuse(config, [f"MODEL={error_line(e)}"], hint=_train_first(cfg))
+            refuse(config, [f"MODEL={error_line(e)}"], hint=_train_first(cfg))
         problem = model_folder_problem(f"MODEL={model} →", str(folder))
-        _refuse(config, [problem] if problem else [])
+        refuse(config, [problem] if problem else [])
         # The weights' hash names the results folder, as the flow's evaluation of the merged model does.
         return StageResult(stage="model", uri=str(folder), version=int(version), extra={"name": name},
                            content_hash=sha or short_hash(uri, name, version))
     problem = model_folder_problem("MODEL", model)
-    _refuse(config, [problem] if problem else [], hint=_train_first(cfg))
+    refuse(config, [problem] if problem else [], hint=_train_first(cfg))
     return StageResult(stage="model", uri=model)
 
 
@@ -482,69 +435,9 @@ def make_tiny(out: Annotated[Path, typer.Argument(metavar="OUT", show_default=Fa
     console.print(f"tiny {family} model written to {build(family, out, seed=seed, init=init, **sizes)}")
 
 
-services_app = _Typer(no_args_is_help=True, help="The Prefect server, a `local` worker and the MLflow UI on 127.0.0.1.",
-                      epilog=examples("evr1 services up conf/tiny.yaml", "evr1 services status", "evr1 services down"))
+from evr1.cli.services_cmd import services_app  # noqa: E402
+
 app.add_typer(services_app, name="services")
-StateDir = Annotated[Path, typer.Option("--state", help="where logs, pids and the Prefect database live")]
-
-
-@services_app.command("up", epilog=examples(
-    "# conf/tiny.yaml's MLflow store",
-    "evr1 services up",
-    "evr1 services up conf/tiny.yaml run.name=longer --mlflow-port 5000",
-    "# no deployments, no nightly schedule",
-    "evr1 services up --no-deploy"))
-def services_up(config: Annotated[Path, typer.Argument(metavar="CONFIG", help="whose MLflow store the UI shows")]
-                = Path("conf/tiny.yaml"),
-                overrides: Overrides = None, state: StateDir = Path("runs/services"),
-                prefect_port: Annotated[Optional[int], typer.Option(help="default: a free port")] = None,
-                mlflow_port: Annotated[Optional[int], typer.Option(help="default: a free port")] = None,
-                deploy: Annotated[bool, typer.Option(help="register the deployments of prefect.yaml, among them "
-                                                          "the nightly evaluation's cron schedule")] = True) -> None:
-    """Start the Prefect server, a process worker on the `local` pool and the MLflow UI; print the URLs.
-
-    Each step says what it does as it goes (the first start takes a minute: Prefect builds its database)."""
-    from evr1.cli import services
-    from evr1.tracking import default_tracking_uri
-
-    cfg = _config(config, overrides)
-    uri = cfg.tracking.uri or default_tracking_uri(cfg.run_dir())
-    data = services.up(state, tracking_uri=uri, project=Path.cwd(), prefect_port=prefect_port,
-                       mlflow_port=mlflow_port, deploy=deploy)
-    console.print(f"Prefect UI: {data['urls']['prefect']}\nMLflow UI:  {data['urls']['mlflow']}  ({uri})")
-    for d in data.get("deployments", []):
-        when = f"on a schedule: {', '.join(d['schedules'])}" if d["schedules"] else "run on demand"
-        console.print(f"deployment {d['entrypoint'].rsplit(':', 1)[-1].replace('_', '-')}/{d['name']}: {when}, "
-                      f"work pool {d['pool']}" + (" (no worker started for it here)" if d["pool"] != "local" else ""))
-    if any(d["schedules"] for d in data.get("deployments", [])):
-        console.print("(the schedules run while the server and a worker of their pool run; `--no-deploy` "
-                      "registers none)")
-    console.print(f"runs from this shell go to the server after:  export PREFECT_API_URL={data['api']}")
-    console.print(f"logs and pids: {state.resolve()}   stop with: evr1 services down --state {state}")
-
-
-@services_app.command("down", epilog=examples("evr1 services down", "evr1 services down --state runs/services"))
-def services_down(state: StateDir = Path("runs/services")) -> None:
-    """Stop exactly what `evr1 services up` started (and their children)."""
-    from evr1.cli import services
-
-    stopped = services.down(state)
-    console.print("\n".join(f"stopped {name} (pids {', '.join(map(str, pids))})" for name, pids in stopped.items())
-                  or "nothing was running")
-
-
-@services_app.command("status", epilog=examples("evr1 services status"))
-def services_status(state: StateDir = Path("runs/services")) -> None:
-    """Which services `up` started still run, with their URLs and logs."""
-    from evr1.cli import services
-
-    found = services.status(state)
-    for name, e in found.items():
-        console.print(f"{name:15} {'running' if e['running'] else 'stopped':8} pid {e['pid']:>7}  "
-                      f"{e.get('url', ''):28} {e['log']}")
-    if not found:
-        console.print("no services started from this state folder")
-
 
 if __name__ == "__main__":
     app()

@@ -17,7 +17,6 @@ batch the prompt lands in.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -30,6 +29,7 @@ from evr1.train import offline as offline_mix
 from evr1.train.prompt_source import PromptSource
 from evr1.train.protocol import row_key
 from evr1.train.rollout_backend import RolloutBackend
+from evr1.train.seeds import seed_of
 
 
 @dataclass
@@ -85,8 +85,7 @@ def sampling(cfg: Config, seed: int, *, greedy: bool = False) -> dict:
 def group_seed(run_seed: int, step: int, draw: int, slot: int, key: str) -> int:
     """The sampling seed of one prompt's group: a function of the data (run seed, step, draw, the
     prompt's slot in the draw and its sample key), never of where it is generated. 31 bits."""
-    digest = hashlib.blake2b(f"{run_seed}|{step}|{draw}|{slot}|{key}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & 0x7FFFFFFF
+    return seed_of(run_seed, step, draw, slot, key)
 
 
 def draw_readable(source: PromptSource, rollout: RolloutBackend, size: int,

@@ -1,8 +1,8 @@
 """The GRPO-family training loop on Ray: rollout → reward → advantages → FSDP2 update → weight sync.
 
-The driver (this module) owns the data cursor and the small per-step math; Ray actors own the
-models. One call to `train()` is one long stage: Prefect sees its start, end and result, MLflow
-sees every step.
+The driver (this module) owns the run: resume, warm-up, validation, checkpoints and the
+asynchronous producer; one step's sequence is `grpo_step.py`; Ray actors own the models. One
+call to `train()` is one long stage: Prefect sees its start, end and result, MLflow sees every step.
 """
 
 from __future__ import annotations
@@ -18,28 +18,21 @@ import numpy as np
 import torch
 
 from evr1 import rewards, rl
+from evr1.cluster.connect import ensure_ray
 from evr1.config import Config
-from evr1.models.prompt_length import effective_limit, model_positions
 from evr1.data.ingest import reward_sample
 from evr1.models import load_adapter
+from evr1.models.prompt_length import effective_limit, model_positions
 from evr1.train import checkpoint as ckpt_io
-from evr1.models.packed import supports_packing
-from evr1.train import micro_batches
+from evr1.train import prompt_source, warmup
 from evr1.train.actor_group import ActorGroup
-from evr1.train.protocol import ReaderSpec, Shard, data_parallel, grouped_calls, make_shards, row_key, shard_slices
-from evr1.train import prompt_source
-from evr1.train.prompt_source import PromptSource
-from evr1.cluster.connect import ensure_ray
-from evr1.train.collect import FIELDS, Rollout, collect, draw_readable, sampling
-from evr1.train.async_rollouts import Collected, RolloutProducer
-from evr1.train.rollout_backend import idle_fraction
-from evr1.train.rollout_table import RolloutTables, TableSink
-from evr1.train import diagnostics, offline, warmup
+from evr1.train.async_rollouts import RolloutProducer
 from evr1.train.breakdown import accuracy_by_family
-from evr1.train.schedule import lr_at
-
-
-
+from evr1.train.collect import draw_readable, sampling
+from evr1.train.grpo_step import one_step, produce
+from evr1.train.prompt_source import PromptSource
+from evr1.train.protocol import ReaderSpec, data_parallel, make_shards
+from evr1.train.rollout_table import RolloutTables, TableSink
 
 
 @dataclass
@@ -123,7 +116,7 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
             log_metrics(before_rl, 0)
         producer = None
         if t.mode != "synchronous" and step < t.steps:  # the next batches are generated while the ranks train
-            producer = RolloutProducer(lambda s, v: _produce(cfg, cluster, source, adapter, score, s, v),
+            producer = RolloutProducer(lambda s, v: produce(cfg, cluster, source, adapter, score, s, v),
                                        lambda: cluster.sync_weights(None), first=step + 1, last=t.steps,
                                        max_staleness=t.staleness, trained=step, engine_version=cluster.rollout_version)
         idle_seen = 0.0
@@ -135,7 +128,7 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
                     t_wait = time.perf_counter()
                     collected = producer.take()
                     waited = time.perf_counter() - t_wait
-                metrics = _one_step(cfg, cluster, source, adapter, score, step, kl_ctrl, tables=tables,
+                metrics = one_step(cfg, cluster, source, adapter, score, step, kl_ctrl, tables=tables,
                                     collected=collected)
                 if producer is not None:
                     producer.trained(step)
@@ -176,269 +169,6 @@ def _kl_controller(cfg: Config, value: float | None):
     if a.kl_type == "adaptive":
         return rl.AdaptiveKLController(start, a.kl_target, a.kl_horizon)
     return rl.FixedKLController(start)
-
-
-def _collect_step(cfg, cluster: ActorGroup, source: PromptSource, adapter, score, step: int,
-                  version: int) -> Collected:
-    """Generate and score step `step`'s batch (on the engines holding policy `version`), and start
-    reading the next step's prompts."""
-    source.begin_step(step)  # a stratified source's adaptive weights for this step's draws
-    metrics: dict[str, float] = source.metrics()
-    generated, batch = collect(cfg, cluster.rollout, source, adapter, score, step, metrics,
-                               announce=lambda rows: cluster.announce(rows, cfg.rollout.n))
-    if step < cfg.trainer.steps:  # the next step's prompts are read while this one computes log-probs and updates
-        cluster.rollout.prefetch(source.peek(cfg.trainer.prompts_per_step))
-    return Collected(step, generated, batch, metrics, source.state(), version)
-
-
-def _produce(cfg, cluster: ActorGroup, source: PromptSource, adapter, score, step: int, version: int) -> Collected:
-    """The producer thread's step: collect on the engines (policy `version`), then their data stats."""
-    item = _collect_step(cfg, cluster, source, adapter, score, step, version)
-    item.rollout_stats = cluster.rollout.data_stats()
-    return item
-
-
-def _one_step(cfg, cluster: ActorGroup, source: PromptSource, adapter, score, step: int, kl_ctrl,
-              tables: RolloutTables | None = None, collected: Collected | None = None) -> dict:
-    """One GRPO step. Synchronous: collect, train, sync. With `collected` (asynchronous modes), the
-    batch was generated by the producer thread (evr1/train/async_rollouts.py), which also syncs."""
-    t, a = cfg.trainer, cfg.algorithm
-    t0 = time.perf_counter()
-    synchronous = collected is None
-    if synchronous:
-        collected = _collect_step(cfg, cluster, source, adapter, score, step, cluster.rollout_version)
-        collected.rollout_stats = cluster.rollout.data_stats()
-    generated, batch, metrics = collected.generated, collected.batch, dict(collected.metrics)
-    behind = (step - 1) - collected.version  # the trained policy's version minus the generating one's
-    metrics.update({"rollout/staleness": float(behind), "rollout/policy_version": float(collected.version)})
-    # A colocated engine resets its caches and sleeps: the rank's device is the trainer's until the sync.
-    metrics.update({f"perf/engine_{k}": v for k, v in cluster.rollout.training().items()})
-    t_gen = time.perf_counter()
-    if not synchronous:
-        metrics["time/collect_s"] = collected.collect_s  # overlapped with training: not on the critical path
-        metrics.update({f"perf/sync_{k}": float(v) for k, v in collected.sync.items() if k != "seconds"})
-        if collected.sync:
-            metrics["time/sync_s"] = float(collected.sync.get("seconds", 0.0))
-    metrics.update(_reward_metrics(generated))
-    # a stratified source's adaptive weights follow each stratum's share of groups that teach nothing
-    source.observe(step, prompt_source.zero_advantage_rates(generated.rows, generated.groups,
-                                                            [s["overall"] for s in generated.scores], source.stratum))
-    if not len(batch):
-        # Every group scored alike (dynamic sampling kept none): nothing to learn from this step.
-        metrics.update({"data/skipped": 1.0, "time/step_s": time.perf_counter() - t0})
-        metrics.update(_data_metrics(cluster, len(generated.group_order()), [], collected.rollout_stats))
-        if tables is not None:  # what was generated, with no advantage: a reader sees why nothing was kept
-            tables.saw_step(generated, None)
-        return metrics
-
-    if t.max_tokens_per_micro_batch:  # whole groups dealt out so that every rank gets as many tokens
-        seq_tokens = [p + len(r) for p, r in zip(batch.prompt_tokens, batch.responses)]
-        order = micro_batches.balance_groups(batch.groups, seq_tokens, data_parallel(t))
-        batch = _reordered(batch, order) if order else batch
-    lengths = [len(r) for r in batch.responses]
-    mask = torch.zeros(len(lengths), max(lengths))
-    for row, n in enumerate(lengths):
-        mask[row, :n] = 1.0
-    # Strictly on-policy, the old log-probs are the update's own (detached): no pass for them. The
-    # reference's still run before the update, when a KL term needs them.
-    skip_old = cfg.skips_old_log_probs()
-    old: list[list[float]] | None = None
-    ref: list[list[float]] | None = None
-    rank_waits = [0.0] * data_parallel(t)
-    if not skip_old or a.needs_reference:
-        shards = make_shards(data_parallel(t), batch.rows, batch.responses, [[] for _ in lengths])
-        metrics.update(_cut(cfg, shards, batch.prompt_tokens, _pass_mode(cfg, adapter, _sharing(t)), "log_probs"))
-        if _sharing(t):  # each prompt run once under its n responses (evr1.models.shared_prefix)
-            calls = grouped_calls(shards, t.micro_batch_size)
-            for s in shards:
-                s.log_prob_calls = calls
-        log_probs = cluster.each_shard("log_probs", shards, not skip_old)
-        rank_waits = [part["data_wait_s"] for part in log_probs]
-        old = None if skip_old else [row for part in log_probs for row in part["old"]]
-        ref = [row for part in log_probs for row in part["ref"]] if log_probs[0]["ref"] is not None else None
-    t_lp = time.perf_counter()
-
-    overall = torch.tensor([s["overall"] for s in batch.scores], dtype=torch.float32)
-    if a.overlong_buffer_len:
-        overall = overall + rl.overlong_penalty(lengths, max_response_length=cfg.rollout.max_new_tokens,
-                                                buffer_len=a.overlong_buffer_len,
-                                                penalty_factor=a.overlong_penalty_factor).float()
-    scores = overall
-    if kl_ctrl is not None:
-        token_scores = rl.scores_to_token_rewards(overall, mask)
-        scores, current_kl = rl.apply_kl_in_reward(token_scores, _rows(old, mask), _rows(ref, mask), mask,
-                                                   kl_coef=kl_ctrl.value, kind=a.kl_reward_penalty)
-        metrics.update({"actor/reward_kl": current_kl, "actor/kl_coef": kl_ctrl.value})
-        kl_ctrl.update(current_kl, len(lengths))
-    if a.adv_estimator == "gdpo":
-        scores = {k: torch.tensor([float(s.get(k, 0.0)) for s in batch.scores]) for k in a.gdpo_reward_keys}
-    options = a.estimator_options()
-    if a.adv_estimator == "remax":
-        options["baseline_scores"] = torch.tensor(batch.baseline, dtype=torch.float32)
-    advantages, _ = rl.compute_advantages(a.adv_estimator, scores, batch.groups, mask, **options)
-    t_adv = time.perf_counter()
-
-    # Skipped pass: the engines' log-probs are compared with the update's own after it (no correction then).
-    weights = _rollout_correction(cfg, batch, old, mask, metrics) if old is not None else None
-    if weights is not None:
-        advantages = advantages * weights
-    token_adv = [advantages[row, :n].tolist() for row, n in enumerate(lengths)]
-    shards = make_shards(data_parallel(t), batch.rows, batch.responses, token_adv, old=old, ref=ref,
-                     mini_batch_size=t.mini_batch_size)
-    # HF's gradient checkpointing drops the prompt's cache under grad: that update stays unshared.
-    update_shared = _sharing(t) and not cfg.model.gradient_checkpointing
-    metrics.update(_cut(cfg, shards, batch.prompt_tokens, _pass_mode(cfg, adapter, update_shared), "update"))
-    if update_shared:
-        calls = grouped_calls(shards, t.micro_batch_size, shards[0].mini_size)
-        for s in shards:
-            s.update_calls = calls
-    lr = lr_at(step, base=t.lr, total=t.steps, warmup=t.lr_warmup_steps, schedule=t.lr_schedule,
-               min_ratio=t.min_lr_ratio)
-    rank_metrics = cluster.each_shard("step", shards, lr, step)
-    t_update = time.perf_counter()
-    per_response = [m.pop("rows") for m in rank_metrics]  # in batch order: shards are contiguous
-    if old is None:
-        old = [r for part in per_response for r in part["log_probs"]]
-        _rollout_correction(cfg, batch, [o if o is not None else [0.0] * n for o, n in zip(old, lengths)], mask,
-                            metrics)
-    if synchronous:
-        moved = cluster.sync_weights(step)
-        metrics.update({f"perf/sync_{k}": float(v) for k, v in moved.items() if k != "seconds"})
-    t_sync = time.perf_counter()
-
-    tokens = sum(batch.prompt_tokens) + sum(lengths)
-    metrics.update(diagnostics.step_diagnostics(
-        rows=batch.rows, groups=batch.groups, scores=batch.scores, reward=overall.tolist(),
-        advantage=rl.masked_mean(advantages, mask, dim=-1).tolist(),
-        advantage_abs_max=torch.where(mask.bool(), advantages.abs(), 0.0).amax(dim=-1).tolist(),
-        texts=batch.texts, token_ids=batch.responses, entropies=[r for part in per_response for r in part["entropy"]],
-        decode=adapter.decode))
-    if skip_old:  # time/log_probs_s is then the reference's pass alone, or ~0 without one
-        metrics["perf/old_log_probs_skipped"] = 1.0
-    metrics.update({
-        "adv/mean": float(rl.masked_mean(advantages, mask)), "data/epoch": float(source.cursor.epoch),
-        "time/rollout_s": t_gen - t0, "time/log_probs_s": t_lp - t_gen, "time/advantage_s": t_adv - t_lp,
-        "time/update_s": t_update - t_adv, "time/step_s": t_sync - t0,
-        **({"time/sync_s": t_sync - t_update} if synchronous else {}),
-        "perf/tokens": float(tokens), "perf/throughput": tokens / (t_sync - t0) / t.world_size,
-        # Over every device the run holds, a separate rollout worker's included.
-        "perf/tokens_per_s_per_device": tokens / (t_sync - t0) / (t.world_size + (cluster.rollout.placement == "separate")),
-    })
-    for key in ("data/cache_hits", "data/cache_misses", "perf/rank_vision_passes"):  # summed over ranks
-        metrics[key.replace("data/cache", "data/rank_cache")] = float(sum(m.pop(key) for m in rank_metrics))
-    for key in rank_metrics[0]:
-        metrics[key] = float(np.mean([m[key] for m in rank_metrics]))
-    metrics["data/rank_unreadable"] = float(sum(m["data/rank_unreadable"] for m in rank_metrics))
-    for key in ("perf/rank_peak_rss_mb", "perf/rank_peak_device_mb"):  # the largest rank is what must fit
-        if key in rank_metrics[0]:
-            metrics[key] = float(max(m[key] for m in rank_metrics))
-    waits = [w + m["time/rank_data_wait_s"] for w, m in zip(rank_waits, rank_metrics)]
-    metrics.update(_data_metrics(cluster, len(generated.group_order()), waits, collected.rollout_stats))
-    metrics["perf/vision_passes_per_prompt"] = ((metrics["perf/rank_vision_passes"] + metrics.pop("perf/rollout_vision_passes"))
-                                                / max(len(generated.group_order()), 1))
-    if tables is not None:  # each response's scalar advantage: its first response token's
-        tables.saw_step(batch, advantages[:, 0].tolist())
-    return metrics
-
-
-def _rollout_correction(cfg: Config, batch: Rollout, old: list[list[float]], mask: torch.Tensor,
-                        metrics: dict) -> torch.Tensor | None:
-    """Compare the rollout engine's log-probs with the trainer's (`rollout/logprob_gap_*`, logged on
-    every step the engine returns them) and, with `rollout.correction.enabled`, the importance
-    weights that multiply the advantages. Responses without engine log-probs (HF, offline
-    trajectories) count as agreeing: weight 1."""
-    if not any(b is not None for b in batch.behaviour):
-        return None
-    old_t = _rows(old, mask)
-    behaviour = _rows([b if b is not None and len(b) == len(o) else o for b, o in zip(batch.behaviour, old)], mask)
-    metrics.update(rl.gap_metrics(old_t, behaviour, mask))
-    c = cfg.rollout.correction
-    if not c.enabled:
-        return None
-    weights, stats = rl.importance_weights(old_t, behaviour, mask, level=c.level, mode=c.mode, threshold=c.threshold)
-    metrics.update(stats)
-    return weights
-
-
-def _data_metrics(cluster: ActorGroup, prompts: int, rank_waits: list[float], rollout: dict) -> dict[str, float]:
-    """What the driver sent this step and how long the workers waited for frames (the slowest rank);
-    `rollout`: the engines' data stats for the step (`RolloutBackend.data_stats`)."""
-    sent = cluster.messages.take()
-    per_engine = rollout["generate_s_per_engine"]
-    engines = {"perf/rollout_engines": float(len(per_engine)), "perf/rollout_idle_frac": idle_fraction(per_engine),
-               "perf/gen_tokens_per_s": rollout["generated_tokens"] / max(rollout["generate_s"], 1e-9)}
-    return {**engines, "perf/driver_bytes": float(sent["bytes"]), "perf/driver_bytes_per_prompt": sent["bytes"] / max(prompts, 1),
-            "perf/driver_array_messages": float(sent["array_calls"]),
-            "time/data_wait_s": rollout["wait_s"] + max(rank_waits, default=0.0),
-            "perf/rollout_peak_rss_mb": rollout["peak_rss_mb"],
-            "data/rollout_cache_hits": rollout["data/cache_hits"], "data/rollout_cache_misses": rollout["data/cache_misses"],
-            "perf/rollout_vision_passes": float(rollout["vision_passes"])}
-
-
-def _pass_mode(cfg: Config, adapter, shared: bool) -> str:
-    """How a pass lays out its micro-batches: shared prompt prefix, packed (padding-free) or padded
-    (sequence parallelism splits the padded batch)."""
-    if shared:
-        return "shared"
-    t = cfg.trainer
-    packed = t.padding_free and supports_packing(adapter.family.name) and t.sequence_parallel == 1
-    return "packed" if packed else "padded"
-
-
-def _cut(cfg: Config, shards: list[Shard], prompt_tokens: list[int], mode: str, name: str) -> dict[str, float]:
-    """Cut every rank's share into micro-batches by `trainer.max_tokens_per_micro_batch` (as many on
-    every rank), and report the pass's micro-batches per rank and padding share either way."""
-    t = cfg.trainer
-    per = len(shards[0].responses)
-    mini = shards[0].mini_size or per
-    prompts = [prompt_tokens[k * per:(k + 1) * per] for k in range(len(shards))]
-    responses = [[len(r) for r in s.responses] for s in shards]
-    keys = [[row_key(r) for r in s.rows] for s in shards]
-    bounds = [(a, min(a + mini, per)) for a in range(0, per, mini)]
-    fixed = [shard_slices(s, t.micro_batch_size, shards[0].mini_size) for s in shards]
-    cuts, figures = micro_batches.plan(prompts, responses, keys, bounds, mode, t.max_tokens_per_micro_batch, fixed)
-    if t.max_tokens_per_micro_batch:
-        for s, c in zip(shards, cuts):
-            s.micro = c
-    return {f"perf/{name}_{k}": v for k, v in figures.items()}
-
-
-def _reordered(batch: Rollout, order: list[int]) -> Rollout:
-    """The batch's responses in `order` (every per-response field follows)."""
-    out = Rollout()
-    for name in FIELDS:
-        values = getattr(batch, name)
-        if values:
-            setattr(out, name, [values[i] for i in order])
-    return out
-
-
-def _sharing(t) -> bool:
-    """Shared prompt prefix only where a micro-batch can hold several responses of one prompt: with
-    micro-batches of one response it would run the prompt and the response as two forwards for nothing.
-    Off under sequence parallelism, which splits the padded batch's sequences instead."""
-    return t.share_prompt_prefix and t.micro_batch_size > 1 and t.sequence_parallel == 1
-
-
-def _rows(rows: list[list[float]], mask: torch.Tensor) -> torch.Tensor:
-    out = torch.zeros(mask.shape)
-    for i, values in enumerate(rows):
-        out[i, : len(values)] = torch.tensor(values)
-    return out
-
-
-def _reward_metrics(r: Rollout) -> dict[str, float]:
-    """Reward and response statistics over everything generated this step (kept or not)."""
-    def mean(key):
-        return float(np.mean([s.get(key, 0.0) for s in r.scores]))
-    overall = np.array([s["overall"] for s in r.scores])
-    lengths = [len(x) for x in r.responses]
-    return {"reward/overall": mean("overall"), "reward/accuracy": mean("accuracy"), "reward/format": mean("format"),
-            "reward/overall_std": float(overall.std(ddof=1)) if len(overall) > 1 else 0.0,
-            "response/length_mean": float(np.mean(lengths)), "response/length_max": float(max(lengths)),
-            "response/clip_ratio": float(np.mean(r.truncated)),
-            **accuracy_by_family(r.rows, r.scores, "reward/accuracy"),
-            **offline.metrics(r.offline, r.scores, r.responses, r.truncated)}  # apart, in mixed offline-online mode
 
 
 def validate(cfg: Config, cluster: ActorGroup, samples: list[dict], adapter, score,

@@ -7,25 +7,15 @@ reduce-scatters are collectives that every rank must enter together.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import socket
-from collections.abc import Mapping
 from dataclasses import replace
 from datetime import timedelta
 
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_state_dict,
-    set_model_state_dict,
-    set_state_dict,
-)
 from torch.distributed.device_mesh import init_device_mesh
 
 from evr1 import rl
@@ -36,13 +26,25 @@ from evr1.models.packed import packed_response_log_probs, supports_packing
 from evr1.models.runtime import VisionPassCounter
 from evr1.models.shared_prefix import VisualFeatures
 from evr1.train.protocol import ReaderSpec, Shard, prompt_runs, row_key, shard_slices
+from evr1.train.seeds import seed_of
 from evr1.train.workers.engine_host import EngineHost
+from evr1.train.workers.host_copies import (
+    has_media,
+    host_values,
+    padded,
+    response_rows,
+    tensors_in,
+    to_host,
+    wait_for_copies,
+)
 from evr1.train.workers.precision import precision
 from evr1.train.workers.prompt_prep import READ_ERRORS, PromptPrep
 from evr1.train.workers.sequence_parallel import sp_groups, sp_response_log_probs
+from evr1.train.workers.policy_state import PolicyState
 from evr1.train.workers.sharded_load import build_replicated, build_sharded, shard_model
 
-class PolicyWorker(EngineHost):
+
+class PolicyWorker(PolicyState, EngineHost):
     """Created on its node first, then `setup()` with rank 0's address: the rendezvous lives where rank 0 runs."""
 
     def __init__(self, rank: int, world_size: int, model_dir: str, options: dict, spec: ReaderSpec | None = None):
@@ -153,7 +155,7 @@ class PolicyWorker(EngineHost):
             if not ok:
                 batch.response_mask[row] = 0
         shape = batch.response_mask.shape
-        values = [_padded(rows[i:stop], shape) if rows else None
+        values = [padded(rows[i:stop], shape) if rows else None
                   for rows in (shard.advantages, shard.old_log_probs, shard.ref_log_probs)]
         keys = [row_key(r) if ok else None for r, ok in zip(shard.rows[i:stop], readable)]
         groups = [(prompts[a], shard.responses[i + a:i + b], keys[a]) for a, b in prompt_runs([row_key(r) for r in
@@ -250,9 +252,9 @@ class PolicyWorker(EngineHost):
                 for model, out in models:
                     lp = (self._grouped(model, item, calls[k])[0] if calls else self._log_probs(model, batch)[0])
                     # Copied to pinned host memory behind the queued work, read once after the last
-                    # micro-batch: no host sync per micro-batch and model (`_to_host`).
-                    copies.append((_to_host(lp.float()), lengths, out))
-        _wait_for_copies(self.device)
+                    # micro-batch: no host sync per micro-batch and model (`to_host`).
+                    copies.append((to_host(lp.float()), lengths, out))
+        wait_for_copies(self.device)
         for lp, lengths, out in copies:
             # Cut at the response's own length: a masked position (e.g. a vision token the
             # policy sampled) keeps its place instead of shifting the rest.
@@ -282,7 +284,7 @@ class PolicyWorker(EngineHost):
         encode, self._encoded_this_step = not self._encoded_this_step, False
         agg = self.o["loss_agg_mode"]
         # Each micro-batch's metrics stay 0-d tensors on the device until the step ends, then come to the
-        # host in one copy (`_host_values`): reading one (`.item()`, `float()`) blocks the host until the
+        # host in one copy (`host_values`): reading one (`.item()`, `float()`) blocks the host until the
         # device has run everything queued, so a read per metric per micro-batch before `backward` left
         # the device idle while the host queued each backward and the next forward.
         micro_metrics: list[dict[str, torch.Tensor]] = []
@@ -302,18 +304,18 @@ class PolicyWorker(EngineHost):
                 self.optimizer.zero_grad(set_to_none=True)
                 for j, item in enumerate(mini):
                     call = next(calls, 0)
-                    seed = _micro_seed(self.o["seed"], step_index, epoch, k, j, self.sp.dp_rank)
+                    seed = seed_of(self.o["seed"], step_index, epoch, k, j, self.sp.dp_rank)
                     readable = item[0].response_mask.bool().any(dim=1).tolist()
                     metrics, entropy, log_probs = self._backward(
                         self._on_device(item, media=not call, encode=encode and epoch == 0), counts, agg, call, seed)
                     micro_metrics.append(metrics)
                     if epoch == 0:
-                        kept.append((cuts[k][j][0], item[-2], readable, _to_host(entropy),
-                                     _to_host(log_probs) if skipped else None))
+                        kept.append((cuts[k][j][0], item[-2], readable, to_host(entropy),
+                                     to_host(log_probs) if skipped else None))
                 grad_norms.append(self._clip_and_step())
                 updates += 1
         sums: dict[str, float] = {}
-        for metrics in _host_values(micro_metrics):  # summed in float64 on the host, in micro-batch order
+        for metrics in host_values(micro_metrics):  # summed in float64 on the host, in micro-batch order
             for key, v in metrics.items():
                 sums[key] = sums.get(key, 0.0) + v
         sums["actor/grad_norm"] = sum(grad_norms, 0.0)
@@ -329,9 +331,9 @@ class PolicyWorker(EngineHost):
             out["perf/rank_peak_device_mb"] = torch.cuda.max_memory_allocated() / 2**20
         out.update(self._data_metrics())
         # No wait of its own for the `kept` copies: they were queued on this stream before the grad-norm
-        # reads and `_host_values`' copy, which wait for the stream, so they have landed (one host wait
+        # reads and `host_values`' copy, which wait for the stream, so they have landed (one host wait
         # per step, not two: benchmarks/bench_step_syncs.py).
-        out["rows"] = _response_rows(kept, len(shard.rows), with_log_probs=skipped)
+        out["rows"] = response_rows(kept, len(shard.rows), with_log_probs=skipped)
         return out
 
     def _data_metrics(self) -> dict[str, float]:
@@ -379,7 +381,7 @@ class PolicyWorker(EngineHost):
             loss = loss - self.o["entropy_coeff"] * rl.aggregate_loss(entropy.float(), mask, agg, **counts)
         metrics["actor/entropy"] = rl.masked_mean(entropy.detach().float(), mask)
         loss = loss + zero
-        if not _has_media(batch) and not self.frozen_vision:
+        if not has_media(batch) and not self.frozen_vision:
             loss = loss + 0.0 * self._visual_dummy()
         # The loss is already normalised by global counts; FSDP2 averages gradients over ranks,
         # so multiplying by the world size turns that average into the exact global sum. (Under
@@ -408,7 +410,7 @@ class PolicyWorker(EngineHost):
             log_probs, _ = self._log_probs(self.model, batch, temperature=1.0)
             nll = rl.aggregate_loss(-log_probs.float(), batch.response_mask, "token-mean",
                                     global_token_count=shard.global_token_count)
-            if not _has_media(batch) and not self.frozen_vision:
+            if not has_media(batch) and not self.frozen_vision:
                 nll = nll + 0.0 * self._visual_dummy()
             (nll * self.world_size).backward()  # see `step`: FSDP2 averages over ranks
             total += float(nll.detach())
@@ -435,134 +437,8 @@ class PolicyWorker(EngineHost):
         dummy = self.adapter.encode_prompt("<image>", images=[np.zeros((f, f, 3), dtype=np.uint8)]).mm
         out = self.model.model.visual(dummy["pixel_values"].to(self.device), grid_thw=dummy["image_grid_thw"].to(self.device))
         # Every output, deepstack features included, so every vision parameter receives a (zero) gradient.
-        return sum(t.sum() for t in _flatten(out) if t.is_floating_point())
-
-    # -- weights and checkpoints (collective: every rank calls these together) ----------------------
-
-    def probe_logits(self, row: dict, response: list[int]) -> dict | None:
-        """Logits of the trained weights on one fixed input, for merge to check its output against.
-        Every rank runs the forward (FSDP2 gathers parameters collectively); rank 0 returns them."""
-        batch = self.adapter.collate([self.prep.get(row)], [response]).to(self.device, dtype=self.dtype)
-        self.prep.release()
-        with torch.no_grad():
-            logits = self.model(**batch.model_inputs(), use_cache=False).logits.float().cpu()
-        if self.rank:
-            return None
-        return {"inputs": {k: v.cpu() for k, v in batch.model_inputs().items()}, "logits": logits}
-
-    def full_state_dict(self) -> dict | None:
-        """The whole policy on rank 0's host (fp32): for tests and tools only, never a step's sync."""
-        sd = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        return sd if self.rank == 0 else None
-
-    def save(self, path: str) -> None:
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
-        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=path)
-
-    def load(self, path: str) -> None:
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
-        state = {"model": model_sd, "optim": optim_sd}
-        dcp.load(state, checkpoint_id=path)
-        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-
-    def reset_optimizer(self) -> int:
-        """Forget the optimizer's moments and step counts, as if RL had its own optimizer; returns how
-        many parameters had state. The warm-up's gradients are clipped at 1 and several times RL's
-        (0.2–0.3 on the learning task): kept, their second moments (β₂ = 0.999 forgets them over
-        thousands of steps) would shrink every RL step by that factor."""
-        had = len(self.optimizer.state)
-        self.optimizer.state.clear()
-        return had
-
-    def adopt_reference(self) -> None:
-        """The reference becomes the current policy: after a format warm-up, KL is measured from the
-        weights RL starts from, not from the random or base weights before the warm-up."""
-        if self.ref is None:
-            return
-        with torch.no_grad():
-            for ref_param, param in zip(self.ref.parameters(), self.model.parameters()):
-                ref_param.copy_(param)
-
-    def save_reference(self, path: str) -> None:
-        if self.ref is not None:
-            dcp.save({"model": get_model_state_dict(self.ref)}, checkpoint_id=path)
-
-    def load_reference(self, path: str) -> None:
-        if self.ref is not None:
-            state = {"model": get_model_state_dict(self.ref)}
-            dcp.load(state, checkpoint_id=path)
-            set_model_state_dict(self.ref, state["model"])
+        return sum(t.sum() for t in tensors_in(out) if t.is_floating_point())
 
     def shutdown(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-def _has_media(batch) -> bool:
-    """Whether a micro-batch holds any image or video (prepared or still uint8)."""
-    return bool(batch.pending_images or batch.pending_videos) or any(
-        k in batch.mm for k in ("pixel_values", "pixel_values_videos"))
-
-
-def _to_host(t: torch.Tensor) -> torch.Tensor:
-    """A host copy of device tensor `t`, queued behind the device's work (pinned destination, no
-    host wait); read it only after `_wait_for_copies`. A host tensor is returned as it is."""
-    return t if t.device.type == "cpu" else t.to("cpu", non_blocking=True)
-
-
-def _wait_for_copies(device: str) -> None:
-    """Wait for the `_to_host` copies queued on `device`'s current stream."""
-    if torch.device(device).type == "cuda":
-        torch.cuda.current_stream().synchronize()
-
-
-def _micro_seed(*parts: int) -> int:
-    """A 31-bit seed from integers (run seed, step, epoch, mini-batch, micro-batch, data-parallel index):
-    the same on every machine and after a resume, different for every micro-batch. The ranks of a
-    sequence-parallel group share their data-parallel index, so they draw alike."""
-    digest = hashlib.blake2b("|".join(str(int(p)) for p in parts).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & 0x7FFFFFFF
-
-
-def _response_rows(kept: list[tuple], rows: int, *, with_log_probs: bool) -> dict[str, list | None]:
-    """Per response of the shard, its entropy (and log-probs) cut at its length; None where unreadable.
-    Reads the host copies `step` queued (`_to_host`): call it after a wait for the stream they are on."""
-    entropy: list[list[float] | None] = [None] * rows
-    log_probs: list[list[float] | None] = [None] * rows
-    for first, lengths, readable, ent, lp in kept:
-        for r, (n, ok) in enumerate(zip(lengths, readable)):
-            if ok:
-                entropy[first + r] = ent[r, :n].tolist()
-                if lp is not None:
-                    log_probs[first + r] = lp[r, :n].tolist()
-    return {"entropy": entropy, "log_probs": log_probs if with_log_probs else None}
-
-
-def _host_values(rows: list[dict[str, torch.Tensor]]) -> list[dict[str, float]]:
-    """0-d metric tensors → Python floats, every one in a single device-to-host copy. float64 holds
-    each fp32/bf16 value exactly: the floats equal `float(tensor)`'s one by one."""
-    flat = [v for row in rows for v in row.values()]
-    if not flat:
-        return [{} for _ in rows]
-    values = iter(torch.stack([v.detach().reshape(()).to(torch.float64) for v in flat]).tolist())
-    return [{key: next(values) for key in row} for row in rows]
-
-
-def _padded(rows: list[list[float]], shape) -> torch.Tensor:
-    """Per-response value lists → a [B, L] float tensor, zero past each response's length."""
-    out = torch.zeros(shape, dtype=torch.float32)
-    for row, values in enumerate(rows):
-        out[row, : len(values)] = torch.tensor(values, dtype=torch.float32)
-    return out
-
-
-def _flatten(item):
-    """Every tensor inside a (nested) model output: tuples, lists, dicts and HF ModelOutputs."""
-    if torch.is_tensor(item):
-        yield item
-    elif isinstance(item, Mapping):
-        for value in item.values():
-            yield from _flatten(value)
-    elif isinstance(item, (tuple, list)):
-        for value in item:
-            yield from _flatten(value)
