@@ -22,6 +22,9 @@ class VLLMConfig(Section):
     enable_prefix_caching: bool = True  # the n samples of a prompt share its prefill
     tensor_parallel_size: int = Field(1, ge=1)  # GPUs per engine (evaluation: eval.tensor_parallel when > 1)
     limit_mm_per_prompt: dict[str, int] = {}  # e.g. {video: 2, image: 4}; {}: vLLM's defaults
+    # vLLM's cache of processed media (GiB). 0: off, as a rollout processes each prompt once per step and
+    # one processed 64-frame 384×672 video (~190 MB of fp32 patches) would churn vLLM's default 4 GiB.
+    mm_processor_cache_gb: float = Field(0.0, ge=0.0)
     sync_bucket_mb: float = Field(256.0, gt=0.0)  # weight hand-over in pieces of this size
     sync_dir: str | None = None  # where the pieces go (None: $EVR1_WEIGHT_SYNC_DIR, /dev/shm, the temp dir)
     # Which log-probs vLLM returns for the sampled tokens (what `rollout/logprob_gap_*` and the rollout

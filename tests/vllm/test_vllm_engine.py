@@ -247,3 +247,74 @@ def test_weight_sync_in_the_default_multiprocess_engine(model_dirs):
         assert_parity(f, kinds)
     finally:
         close(f.vllm)
+
+
+def _keyed(clip: VideoClip, key: str) -> VideoClip:
+    """`clip` as the frame cache returns it: its key in `extra["cache_key"]` (evr1/cache/store.py)."""
+    return VideoClip(frames=clip.frames, fps=clip.fps, frame_indices=list(clip.frame_indices),
+                     total_frames=clip.total_frames, duration=clip.duration, extra={"cache_key": key})
+
+
+def test_cached_videos_reach_vllm_by_their_cache_key(fam):
+    """A video from the frame cache goes to vLLM with its key as `multi_modal_uuids` (vLLM hashes the
+    key, not 64 frames); the generation is the one vLLM computes from the frames (parity with HF and
+    the trainer), and a clip without a key is hashed by vLLM as before."""
+    from vllm import SamplingParams as VSP
+
+    f = fam.adapter.video.factor
+    a, b = _clip(2 * f, 4, 21), _clip(2 * f, 6, 22)
+    keyed = fam.adapter.encode_prompt("<video>first clip, <video>second clip: which moves right?",
+                                      videos=[_keyed(a, "k-a"), b])
+    request = fam.vllm._request(keyed)
+    uuids = request["multi_modal_uuids"]["video"]
+    assert uuids[0].startswith("evr1:k-a:4x") and uuids[1] is None
+    assert "multi_modal_uuids" not in fam.vllm._request(fam.prompts["video"])  # no cache key: nothing sent
+    plain = fam.adapter.encode_prompt("<video>first clip, <video>second clip: which moves right?", videos=[a, b])
+    ((with_key,),), ((without,),) = fam.vllm.generate([keyed], GREEDY), fam.vllm.generate([plain], GREEDY)
+    assert with_key.token_ids == without.token_ids and with_key.logprobs == pytest.approx(without.logprobs, abs=TOL)
+    fam.prompts["keyed_videos"] = keyed
+    try:
+        assert_parity(fam, ("keyed_videos",))
+    finally:
+        del fam.prompts["keyed_videos"]
+    # vLLM trusts the key: what it computed for one set of pixels serves another under the same key
+    # (the prefix cache holds the first request's vision tokens). Hence `media_uuid` is the frame
+    # cache's content key, and takes in the shape and frame indices the clip arrived with.
+    other = _clip(2 * f, 4, 23)
+    first = fam.adapter.encode_prompt("<video>What happens in this video? Answer yes or no.", videos=[_keyed(a, "same")])
+    second = fam.adapter.encode_prompt("<video>What happens in this video? Answer yes or no.",
+                                       videos=[_keyed(other, "same")])
+    unkeyed = fam.adapter.encode_prompt("<video>What happens in this video? Answer yes or no.", videos=[other])
+    greedy = VSP(max_tokens=8, temperature=0)
+    out = [fam.vllm.llm.generate([fam.vllm._request(p)], greedy, use_tqdm=False)[0].outputs[0].token_ids
+           for p in (first, second, unkeyed)]
+    assert list(out[1]) == list(out[0]) and list(out[2]) != list(out[0])
+
+
+def test_media_uuid_follows_what_could_change_the_pixels():
+    from evr1.engines.vllm_engine import media_uuid
+
+    base = _keyed(_clip(8, 4, 1), "k")
+    assert media_uuid(_clip(8, 4, 1)) is None
+    assert media_uuid(base) == media_uuid(_keyed(_clip(8, 4, 1), "k"))
+    others = [_keyed(_clip(8, 4, 1), "k2"), _keyed(_clip(8, 6, 1), "k"), _keyed(_clip(16, 4, 1), "k")]
+    shifted = _keyed(_clip(8, 4, 1), "k")
+    shifted.frame_indices = [i + 1 for i in shifted.frame_indices]
+    assert len({media_uuid(c) for c in [base, *others, shifted]}) == 5
+
+
+def test_stop_strings_still_stop_with_detokenization_off_elsewhere(fam):
+    """vLLM detokenizes only when a stop string needs its text (evr1 decodes the ids itself); a stop
+    string still ends the sample, and the text is the decoded ids either way."""
+    sampled = SamplingParams(n=1, max_new_tokens=12, temperature=0.0)
+    (full,) = fam.vllm.generate([fam.prompts["text"]], sampled)[0]
+    assert full.text == fam.adapter.decode(full.token_ids)
+    assert not fam.vllm._sampling_params(sampled).detokenize
+    pieces = [fam.adapter.decode(full.token_ids[: i + 1]) for i in range(len(full.token_ids))]
+    cut = next(i for i in range(2, len(pieces)) if pieces[i] != pieces[i - 1] and pieces[i].strip())
+    stop = pieces[cut][len(pieces[cut - 1]):].strip() or pieces[cut].strip()[-1]
+    stopping = SamplingParams(n=1, max_new_tokens=12, temperature=0.0, stop=(stop,))
+    assert fam.vllm._sampling_params(stopping).detokenize
+    (short,) = fam.vllm.generate([fam.prompts["text"]], stopping)[0]
+    assert stop in short.text and short.token_ids == full.token_ids[: len(short.token_ids)]
+    assert len(short.token_ids) <= cut + 1 and short.finish_reason == "stop"
