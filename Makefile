@@ -66,6 +66,8 @@ test-vllm: $(VSTAMP)
 	# bench_vllm.py's smoke run (the main suite skips it: no vLLM there)
 	VLLM_CPU_KVCACHE_SPACE=$${VLLM_CPU_KVCACHE_SPACE:-1} $(VBIN)/python -m pytest -q -p no:cacheprovider \
 	  --timeout=900 tests/benchmarks/test_smoke.py -k "smoke_run and bench_vllm"
+	# bench_seeding.py's vLLM path (its HF path's smoke run is in the main suite)
+	VLLM_CPU_KVCACHE_SPACE=$${VLLM_CPU_KVCACHE_SPACE:-1} $(VBIN)/python benchmarks/bench_seeding.py --engine vllm --smoke
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_rewards.py

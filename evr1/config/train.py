@@ -66,6 +66,13 @@ class RolloutConfig(Section):
     # training rollouts and validation. [] (the reference's behaviour): responses end at eos.
     stop: list[str] = []
     batch_size: int = Field(8, ge=1)
+    # How training samples are seeded. per_prompt: each prompt's n samples from a seed of (run seed,
+    # step, draw, the prompt), the same whatever engine, batch or placement generates them and after a
+    # resume. engine: the engines' own generators, seeded once at start, so reproducible only for the
+    # same placement and prompt order and not across a resume; in exchange the HF engine batches
+    # `batch_size` prompts per call instead of one, and vLLM samples without a generator per request
+    # (vLLM 0.32 loops over seeded requests at every token and skips FlashInfer's sampler for them).
+    seeding: Literal["per_prompt", "engine"] = "per_prompt"
     thinking: bool = False
     # Prompt template: a .jinja path or None for the built-in per-family templates.
     template: str | None = None

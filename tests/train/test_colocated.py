@@ -38,16 +38,17 @@ def setup(tmp_path_factory):
     frames = pipeline.stage_cache(cfg, samples, model)
     runs = {}
 
-    def run(placement: str, engines: int = 1):
-        if (placement, engines) not in runs:
+    def run(placement: str, engines: int = 1, seeding: str = "per_prompt", again: bool = False):
+        key = (placement, engines, seeding, again)
+        if key not in runs:
             c = load_config(ROOT / "conf/tiny.yaml", [*base, f"rollout.placement={placement}",
-                                                      f"rollout.engines={engines}"])
+                                                      f"rollout.engines={engines}", f"rollout.seeding={seeding}"])
             tables: list[tuple[str, list[dict]]] = []
             result = train(c, samples=read_samples(samples.uri, split="train"), frames_uri=frames.uri,
-                           model_dir=Path(model.uri), out_dir=tmp / f"{placement}{engines}",
+                           model_dir=Path(model.uri), out_dir=tmp / "-".join(map(str, key)),
                            log_table=lambda name, rows: tables.append((name, rows)))
-            runs[(placement, engines)] = (result, tables)
-        return runs[(placement, engines)]
+            runs[key] = (result, tables)
+        return runs[key]
     return run, cfg, Path(model.uri), samples, frames
 
 
@@ -97,6 +98,22 @@ def _model_bytes(model_dir: Path) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+def test_engine_seeding_repeats_on_one_placement_and_is_not_per_prompt(setup):
+    """rollout.seeding: engine — the engines' own generators, one stream per engine: the same run on
+    the same placement samples the same (a generator seeded per engine), and its samples are not the
+    per-prompt seeds' (the prompts are the same: the data cursor does not depend on seeding)."""
+    run = setup[0]
+    first, first_tables = run("separate", engines=2, seeding="engine")
+    second, second_tables = run("separate", engines=2, seeding="engine", again=True)
+    per_prompt, per_prompt_tables = run("separate", engines=2)
+    assert _responses(first_tables) == _responses(second_tables)
+    assert [h["actor/pg_loss"] for h in first.history] == [h["actor/pg_loss"] for h in second.history]
+    ours, theirs = _responses(first_tables), _responses(per_prompt_tables)
+    assert [r[0] for r in ours] == [r[0] for r in theirs]  # the same prompts, in the same order
+    assert [r[1] for r in ours] != [r[1] for r in theirs]  # drawn from other streams
+
+
 def test_engines_hold_the_policy_after_a_sync_and_keep_their_lifecycle(setup):
     """The trained checkpoint loaded into the ranks, then one sync: every engine's weights equal the
     policy's full state dict; the engines went through the lifecycle in order."""

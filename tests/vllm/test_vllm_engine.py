@@ -318,3 +318,24 @@ def test_stop_strings_still_stop_with_detokenization_off_elsewhere(fam):
     (short,) = fam.vllm.generate([fam.prompts["text"]], stopping)[0]
     assert stop in short.text and short.token_ids == full.token_ids[: len(short.token_ids)]
     assert len(short.token_ids) <= cut + 1 and short.finish_reason == "stop"
+
+
+def test_many_seeded_requests_do_not_kill_the_cpu_engine(model_dirs):
+    """vLLM 0.32's CPU build dies ("CPU Generator does not use offset") when a chunked prefill
+    discards a seeded request's token; `from_pretrained` turns chunked prefill off on the CPU. 32
+    prompts × 8 seeded samples: the crash with chunked prefill (the control), a full answer without."""
+    adapter = load_adapter(model_dirs["qwen2_5_vl"])
+    prompts = [adapter.encode_prompt(f"Question {i}: which of {i % 7} and {i % 5} is larger? Think.") for i in range(32)]
+    params = SamplingParams(n=8, max_new_tokens=4, temperature=1.0, seeds=tuple(range(0, 320, 10)))
+    engine = build_vllm(model_dirs["qwen2_5_vl"], multiprocess=False, max_model_len=1024)
+    try:
+        out = engine.generate(prompts, params)
+        assert [len(group) for group in out] == [8] * 32
+    finally:
+        close(engine)
+    control = build_vllm(model_dirs["qwen2_5_vl"], multiprocess=False, max_model_len=1024, enable_chunked_prefill=True)
+    try:
+        with pytest.raises(Exception, match="does not use offset"):
+            control.generate(prompts, params)
+    finally:
+        close(control)

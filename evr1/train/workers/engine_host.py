@@ -17,7 +17,7 @@ class EngineHost:
         its own prompts). It starts from the checkpoint; the trainer syncs it before step 1."""
         from evr1.train.workers.rollout import RolloutWorker
 
-        self.engine = RolloutWorker(self.model_dir, engine, {**options, "threads": 0}, self.spec)
+        self.engine = RolloutWorker(self.model_dir, engine, {**options, "threads": 0, "index": self.rank}, self.spec)
         self.sleep_level = sleep_level
         # A frozen tower's features are the same in the engine and here: the engine encodes each
         # prompt it generates from once, into this rank's store (`_visual`), and `_encode` finds them

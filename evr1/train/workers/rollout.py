@@ -34,6 +34,7 @@ from evr1.engines import SamplingParams, make_engine
 from evr1.models import load_adapter
 from evr1.models.runtime import VisionPassCounter, resolve_dtype
 from evr1.train.protocol import ReaderSpec, row_key
+from evr1.train.seeds import seed_of
 from evr1.train.workers.prompt_prep import READ_ERRORS, PromptPrep
 
 
@@ -44,13 +45,23 @@ class RolloutWorker:
                 os.sched_setaffinity(0, options["cpus"])
             cores = len(options["cpus"]) if options.get("cpus") else os.cpu_count() or 1
             torch.set_num_threads(max(1, options.get("threads") or cores))
+        # The engine's own generator (what `rollout.seeding: engine` samples from): a stream per engine
+        # (its index among the separate workers, or its rank when colocated), so two engines never
+        # draw the same noise. vLLM seeds its own; the HF engine draws from torch's generator, which a
+        # colocated engine shares with its rank (seeded there).
+        seed = seed_of(options.get("seed", 0), "engine", options.get("index", 0))
+        engine_options = dict(options.get("engine_options", {}))
+        if "seed" in engine_options:
+            engine_options["seed"] = seed
+        if options.get("threads") != 0:
+            torch.manual_seed(seed)
         self.adapter = load_adapter(model_dir)
         # `device` None: the GPU Ray gave this actor if any, else the CPU. dtype "auto" (or none given):
         # bf16 on a GPU, fp32 on the CPU (`resolve_dtype`).
         self.engine = make_engine(engine, model_dir=model_dir, batch_size=options["batch_size"],
                                   dtype=resolve_dtype(options.get("dtype"), options.get("device")),
                                   device=options.get("device"),
-                                  **options.get("engine_options", {}))
+                                  **engine_options)
         self.prep = PromptPrep(self.adapter, spec, limit=options.get("prefetch_prompts", 64)) if spec else None
         self.vision_passes = VisionPassCounter(getattr(self.engine, "model", None))
         self._prompts: dict[int, object] = {}
