@@ -291,7 +291,8 @@ def merge(checkpoint: Annotated[Path, typer.Argument(metavar="CHECKPOINT", show_
 
     res = merge_checkpoint(checkpoint, out, base_model=base_model)
     console.print(f"merged {res.num_parameters} parameters into {res.model_dir} (sha {res.weights_sha256}, "
-                  f"max logit diff {res.max_logit_diff})")
+                  f"{res.weights_verified} tensors equal to the trained ones, "
+                  f"max logit diff {res.max_logit_diff} against the probe computed on {res.probe_device})")
 
 
 @app.command("eval", epilog=examples(

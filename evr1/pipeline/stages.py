@@ -273,6 +273,8 @@ def stage_merge(cfg: Config, checkpoint: StageResult, model: StageResult, *,
         metrics = {"num_parameters": float(res.num_parameters)}
         if res.max_logit_diff is not None:
             metrics["max_logit_diff"] = res.max_logit_diff
+        if res.weights_verified is not None:
+            metrics["weights_verified"] = float(res.weights_verified)
         tr.log_metrics(metrics)
         name = cfg.tracking.register_model
         description = (f"GRPO-trained from {model.uri} on {checkpoint.extra.get('fingerprint', '?')} "

@@ -7,10 +7,15 @@ named `step_N` always holds a whole checkpoint; resume ignores leftovers.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 STATE_FILE = "trainer_state.json"
 
@@ -64,3 +69,14 @@ def prune(root: Path, keep_last: int) -> None:
         shutil.rmtree(p, ignore_errors=True)
     for p in root.glob("step_*.tmp"):
         shutil.rmtree(p, ignore_errors=True)
+
+
+def tensor_digest(tensor: torch.Tensor) -> str:
+    """A digest of `tensor`'s values as contiguous fp32 on the host (bf16 and fp16 widen exactly), so
+    a weight stored in either dtype digests alike: what the trainer writes into `probe.pt` for each
+    trained tensor and merge (`evr1.train.merge`) checks the merged model against."""
+    import torch  # this module is read by the flows without torch
+
+    # A copy: `.numpy()` marks a storage non-resizable, and FSDP2 frees an unsharded one by resizing it.
+    data = tensor.detach().to("cpu", torch.float32, copy=True).contiguous()
+    return hashlib.blake2b(data.numpy().tobytes(), digest_size=16).hexdigest()

@@ -1,8 +1,13 @@
 """Sharded training checkpoint → an ordinary Hugging Face model directory (safetensors + processor).
 
 The result loads with `AutoModelForImageTextToText.from_pretrained` like any released checkpoint.
-When the checkpoint carries `probe.pt` (logits of the trained weights on a fixed input, written by
-the trainer), the merged model is reloaded from disk and its logits compared against them.
+When the checkpoint carries `probe.pt` (written by the trainer at the end), the merge is checked
+twice. Exactly: every tensor the trainer held must be in the merged model with the same fp32 values
+(a digest per tensor; a difference is an error naming the tensors). Functionally: the merged model,
+reloaded from disk, runs the probe's input and its logits are compared with the trainer's. The
+logits are exact only where both ran alike; the trainer computes them on its own device (a GPU's
+bf16 kernels), the merge on this host, so `max_logit_diff` there measures the devices' numerics,
+not the merge (the probe records its device and dtype).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from transformers import AutoConfig, AutoModelForImageTextToText
 
-from evr1.train.checkpoint import read_state
+from evr1.train.checkpoint import read_state, tensor_digest
 
 # Files of the base model directory that are not weights: tokenizer, processor, chat template.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
@@ -33,6 +38,15 @@ class MergeResult:
     num_parameters: int
     weights_sha256: str
     max_logit_diff: float | None
+    # Tensors whose fp32 values were checked equal to the trained weights' (None: an older checkpoint
+    # without digests); and where the probe's logits were computed (`max_logit_diff` is exact only
+    # when that is this host's CPU in fp32).
+    weights_verified: int | None = None
+    probe_device: str | None = None
+
+
+class MergeMismatch(RuntimeError):
+    """The merged model's weights are not the trained ones."""
 
 
 def merge_checkpoint(checkpoint: Path, out_dir: Path, *, base_model: Path | None = None,
@@ -49,6 +63,8 @@ def merge_checkpoint(checkpoint: Path, out_dir: Path, *, base_model: Path | None
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         dcp.load({"model": model_sd}, checkpoint_id=str(checkpoint), no_dist=True)
     model.load_state_dict(model_sd)
+    probe = torch.load(checkpoint / "probe.pt", weights_only=True) if (checkpoint / "probe.pt").exists() else None
+    verified = verify_weights(model, probe["weights"]) if probe is not None and probe.get("weights") else None
     if dtype is not None:
         model.to(_DTYPES.get(dtype, dtype) if isinstance(dtype, str) else dtype)
     out_dir = Path(out_dir)
@@ -61,8 +77,22 @@ def merge_checkpoint(checkpoint: Path, out_dir: Path, *, base_model: Path | None
     digest = hashlib.sha256()
     for f in sorted(out_dir.glob("*.safetensors")):
         digest.update(f.read_bytes())
-    diff = verify_probe(checkpoint, out_dir) if (checkpoint / "probe.pt").exists() else None
-    return MergeResult(out_dir, sum(p.numel() for p in model.parameters()), digest.hexdigest()[:16], diff)
+    diff = verify_probe(checkpoint, out_dir) if probe is not None else None
+    return MergeResult(out_dir, sum(p.numel() for p in model.parameters()), digest.hexdigest()[:16], diff,
+                       weights_verified=verified, probe_device=probe.get("device") if probe is not None else None)
+
+
+def verify_weights(model: torch.nn.Module, digests: dict[str, str]) -> int:
+    """Check every trained tensor (`digests`: name → `tensor_digest`) against `model`'s; return how
+    many matched, or raise `MergeMismatch` naming the ones missing or different."""
+    state = model.state_dict()
+    missing = sorted(set(digests) - set(state))
+    different = sorted(n for n in digests if n in state and tensor_digest(state[n]) != digests[n])
+    if missing or different:
+        raise MergeMismatch(f"merged model differs from the trained weights: {len(different)} tensors differ "
+                            f"({', '.join(different[:5])}{' …' if len(different) > 5 else ''}), "
+                            f"{len(missing)} missing ({', '.join(missing[:5])}{' …' if len(missing) > 5 else ''})")
+    return len(digests)
 
 
 def verify_probe(checkpoint: Path, model_dir: Path) -> float:

@@ -2,6 +2,8 @@
 collective mismatch, and the merged result matches the trained weights. Real Ray actors, 2 gloo ranks, a tiny Qwen3-VL."""
 
 import json
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,7 @@ from evr1 import pipeline
 from evr1.config import load_config
 from evr1.data.ingest import read_samples
 from evr1.data.synth import make_synthetic
-from evr1.train.merge import merge_checkpoint
+from evr1.train.merge import MergeMismatch, merge_checkpoint
 from evr1.train.trainer import train
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,3 +44,14 @@ def test_ranks_with_different_media_train_together(tmp_path):
     assert result.steps == 2
     merged = merge_checkpoint(result.checkpoint, tmp_path / "merged", base_model=Path(model.uri))
     assert merged.max_logit_diff is not None and merged.max_logit_diff < 1e-4
+    # The exact check: every trained tensor's fp32 values are in the merged model (the probe's logits,
+    # computed here on the CPU in fp32 as the merge does, agree too; on a GPU they would not be exact).
+    probe = torch.load(result.checkpoint / "probe.pt", weights_only=True)
+    assert merged.weights_verified == len(probe["weights"]) > 0 and merged.probe_device == "cpu"
+    tampered = tmp_path / "tampered"
+    shutil.copytree(result.checkpoint, tampered)
+    name = sorted(probe["weights"])[0]
+    probe["weights"][name] = "0" * 32  # as if the merged tensor were not the trained one
+    torch.save(probe, tampered / "probe.pt")
+    with pytest.raises(MergeMismatch, match=f"1 tensors differ \\({re.escape(name)}\\), 0 missing"):
+        merge_checkpoint(tampered, tmp_path / "merged2", base_model=Path(model.uri))

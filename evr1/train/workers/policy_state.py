@@ -1,7 +1,8 @@
 """The policy rank's weights and optimizer as state: checkpoints, the reference, copies for tools and merge.
 
 Collective: every rank of the actor calls these together (FSDP2's state dicts gather and scatter
-shards). Mixed into `PolicyWorker`, which provides `model`, `ref`, `optimizer` `rank`, `device`, `dtype`, `adapter` and `prep`.
+shards). Mixed into `PolicyWorker`, which provides `model`, `ref`, `optimizer`, `rank`, `device`, `dtype`,
+`adapter`, `prep` and its options `o`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from evr1.train.checkpoint import tensor_digest
+
 
 class PolicyState:
     """Save, load and copy the policy's (and the frozen reference's) weights."""
@@ -27,9 +30,24 @@ class PolicyState:
         self.prep.release()
         with torch.no_grad():
             logits = self.model(**batch.model_inputs(), use_cache=False).logits.float().cpu()
+        digests = self.weight_digests()
         if self.rank:
             return None
-        return {"inputs": {k: v.cpu() for k, v in batch.model_inputs().items()}, "logits": logits}
+        return {"inputs": {k: v.cpu() for k, v in batch.model_inputs().items()}, "logits": logits,
+                "weights": digests, "device": str(self.device), "dtype": str(self.dtype).removeprefix("torch."),
+                "attn_implementation": self.o.get("attn_implementation")}
+
+    def weight_digests(self) -> dict[str, str] | None:
+        """Per tensor of the trained weights, a digest of its fp32 bytes (`tensor_digest`), on rank 0
+        (None elsewhere): what the merged model must hold exactly, whatever device computed the
+        probe's logits. Collective, one FSDP unit at a time, like a weight sync."""
+        from evr1.train.weight_sync import iter_sync_weights
+
+        out = {}
+        for name, tensor in iter_sync_weights(self.model, dtype=None, copy=False):
+            if self.rank == 0:
+                out[name] = tensor_digest(tensor)
+        return out if self.rank == 0 else None
 
     def full_state_dict(self) -> dict | None:
         """The whole policy on rank 0's host (fp32): for tests and tools only, never a step's sync."""
