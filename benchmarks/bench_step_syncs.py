@@ -184,17 +184,21 @@ def _instrument(worker, mode: DeviceWaits):
         mode.mark(out)
         return out
     worker._on_device = moved
-    if hasattr(policy_module, "_to_host"):
+    # The queued device-to-host copies and their one wait, under this tree's names (`to_host` since
+    # the policy module was split, `_to_host` before).
+    names = next((pair for pair in (("to_host", "wait_for_copies"), ("_to_host", "_wait_for_copies"))
+                  if hasattr(policy_module, pair[0])), None)
+    if names is not None:
         def to_host(t):
             mode.counts["d2h_async"] += 1
             return t.detach().clone()  # a host copy: reading it later waits for nothing
-        replace(policy_module, "_to_host", paused(to_host))
-        plain_wait = policy_module._wait_for_copies
+        replace(policy_module, names[0], paused(to_host))
+        plain_wait = getattr(policy_module, names[1])
 
         def wait(device):
             mode.count("read.stream_sync")
             plain_wait(device)
-        replace(policy_module, "_wait_for_copies", wait)
+        replace(policy_module, names[1], wait)
     clip = worker._clip_and_step
 
     def clip_and_step():

@@ -67,8 +67,11 @@ class VisualFeatures:
         """Features cut from the graph: for passes that need no gradient into the vision tower."""
         return VisualFeatures({k: _map_tensors(v, torch.Tensor.detach) for k, v in self.outputs.items()})
 
-    def to(self, device: torch.device | str) -> VisualFeatures:
-        return VisualFeatures({k: _map_tensors(v, lambda t: t.to(device)) for k, v in self.outputs.items()})
+    def to(self, device: torch.device | str, *, non_blocking: bool = False) -> VisualFeatures:
+        """The features on `device`. `non_blocking` from an accelerator to the host: copies queued
+        behind the device's work into pinned memory, readable after a stream sync."""
+        return VisualFeatures({k: _map_tensors(v, lambda t: t.to(device, non_blocking=non_blocking))
+                               for k, v in self.outputs.items()})
 
     @classmethod
     def concat(cls, parts: Sequence[VisualFeatures]) -> VisualFeatures:

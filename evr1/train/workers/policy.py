@@ -191,13 +191,17 @@ class PolicyWorker(PolicyState, EngineHost):
                                    "log-prob pass encoding them")
             return
         self.model.unshard()
+        encoded = {}
         try:
             with torch.no_grad():
                 for key, prompt in todo.items():
-                    mm = self.adapter.collate([prompt]).to(self.device, dtype=self.dtype)
-                    self._visual[key] = encode_visual(self.model, mm).to("cpu")
+                    # In through pinned memory, out into pinned memory: no host wait per prompt (issue 33).
+                    mm = self.adapter.collate([prompt]).to(self.device, dtype=self.dtype, non_blocking=True)
+                    encoded[key] = encode_visual(self.model, mm).to("cpu", non_blocking=True)
+            wait_for_copies(self.device)  # one wait for all of them, before the store hands them out
         finally:
             self.model.reshard()
+        self._visual.update(encoded)
 
     def _grouped(self, model, item: tuple, calls: int, *, with_entropy: bool = False):
         """Log-probs (and entropy) [B, Lr] of a micro-batch, each prompt run once under its n responses
