@@ -112,6 +112,10 @@ def test_engine_seeding_repeats_on_one_placement_and_is_not_per_prompt(setup):
     ours, theirs = _responses(first_tables), _responses(per_prompt_tables)
     assert [r[0] for r in ours] == [r[0] for r in theirs]  # the same prompts, in the same order
     assert [r[1] for r in ours] != [r[1] for r in theirs]  # drawn from other streams
+    # Colocated: each rank's engine keeps a stream of its own beside the rank's generator.
+    col, col_tables = run("colocated", seeding="engine")
+    assert col.steps == 2 and [r[0] for r in _responses(col_tables)] == [r[0] for r in ours]
+    assert [r[1] for r in _responses(col_tables)] != [r[1] for r in _responses(run("colocated")[1])]
 
 
 def test_engines_hold_the_policy_after_a_sync_and_keep_their_lifecycle(setup):

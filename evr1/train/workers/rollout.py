@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable
+from contextlib import contextmanager
 from itertools import count
 
 import torch
@@ -47,14 +48,15 @@ class RolloutWorker:
             torch.set_num_threads(max(1, options.get("threads") or cores))
         # The engine's own generator (what `rollout.seeding: engine` samples from): a stream per engine
         # (its index among the separate workers, or its rank when colocated), so two engines never
-        # draw the same noise. vLLM seeds its own; the HF engine draws from torch's generator, which a
-        # colocated engine shares with its rank (seeded there).
+        # draw the same noise. vLLM seeds its own; the HF engine samples from torch's global generator,
+        # which a colocated engine shares with its rank (seeded alike on every rank), so its stream is
+        # kept here and swapped in around each unseeded call (`_own_rng`).
         seed = seed_of(options.get("seed", 0), "engine", options.get("index", 0))
         engine_options = dict(options.get("engine_options", {}))
         if "seed" in engine_options:
             engine_options["seed"] = seed
-        if options.get("threads") != 0:
-            torch.manual_seed(seed)
+        self._rng_seed = seed
+        self._rng_state: tuple | None = None
         self.adapter = load_adapter(model_dir)
         # `device` None: the GPU Ray gave this actor if any, else the CPU. dtype "auto" (or none given):
         # bf16 on a GPU, fp32 on the CPU (`resolve_dtype`).
@@ -76,12 +78,34 @@ class RolloutWorker:
     def generate(self, prompts: list, params: dict, visual: list | None = None) -> list[list[dict]]:
         t0 = time.perf_counter()
         extra = {"visual": visual} if visual is not None else {}
-        outs = self.engine.generate(prompts, SamplingParams(**params), **extra)
+        sampling = SamplingParams(**params)
+        with self._own_rng(unseeded=not sampling.seeds and sampling.seed is None and not sampling.greedy):
+            outs = self.engine.generate(prompts, sampling, **extra)
         self.generate_s += time.perf_counter() - t0
         self.generated_tokens += sum(len(g.token_ids) for group in outs for g in group)
         self.events.append("generate")
         return [[{"token_ids": g.token_ids, "text": g.text, "finish_reason": g.finish_reason, "logprobs": g.logprobs}
                  for g in group] for group in outs]
+
+    @contextmanager
+    def _own_rng(self, *, unseeded: bool):
+        """Around an unseeded call, torch's generators hold this engine's stream (seeded from the run
+        seed and the engine's index on first use, continued after), and get their state back after."""
+        if not unseeded:
+            yield
+            return
+        cuda = torch.cuda.is_available() and torch.device(getattr(self.engine, "device", "cpu")).type == "cuda"
+        with torch.random.fork_rng(devices=[torch.cuda.current_device()] if cuda else []):
+            if self._rng_state is None:
+                torch.manual_seed(self._rng_seed)
+            else:
+                torch.set_rng_state(self._rng_state[0])
+                if cuda:
+                    torch.cuda.set_rng_state(self._rng_state[1])
+            try:
+                yield
+            finally:
+                self._rng_state = (torch.get_rng_state(), torch.cuda.get_rng_state() if cuda else None)
 
     # -- rows in, generations out (the trainer's path) ----------------------------------------------
 
