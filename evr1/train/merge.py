@@ -77,7 +77,7 @@ def merge_checkpoint(checkpoint: Path, out_dir: Path, *, base_model: Path | None
     digest = hashlib.sha256()
     for f in sorted(out_dir.glob("*.safetensors")):
         digest.update(f.read_bytes())
-    diff = verify_probe(checkpoint, out_dir) if probe is not None else None
+    diff = verify_probe(checkpoint, out_dir, probe=probe) if probe is not None else None
     return MergeResult(out_dir, sum(p.numel() for p in model.parameters()), digest.hexdigest()[:16], diff,
                        weights_verified=verified, probe_device=probe.get("device") if probe is not None else None)
 
@@ -95,9 +95,11 @@ def verify_weights(model: torch.nn.Module, digests: dict[str, str]) -> int:
     return len(digests)
 
 
-def verify_probe(checkpoint: Path, model_dir: Path) -> float:
-    """Max |logit difference| between the merged model (loaded from disk) and the trained weights."""
-    probe = torch.load(checkpoint / "probe.pt", weights_only=True)
+def verify_probe(checkpoint: Path, model_dir: Path, *, probe: dict | None = None) -> float:
+    """Max |logit difference| between the merged model (loaded from disk) and the trained weights.
+    `probe`: `probe.pt` already loaded (else read from `checkpoint`)."""
+    if probe is None:
+        probe = torch.load(checkpoint / "probe.pt", weights_only=True)
     model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype="auto")  # as trained
     model.eval()
     with torch.no_grad():
