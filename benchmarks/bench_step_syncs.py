@@ -14,6 +14,8 @@ result computed from those) and counts, per micro-batch of each pass:
 - `host_waits`: reads of device values (and scalars copied from host memory), by where they happen:
   `step` (the worker's step code and `evr1.rl`: losses, metrics, clipping, the optimizer), `evr1.models`
   (the log-prob passes, batches) or `transformers` (the HF model's forward);
+- `waits_by_function`: the same waits (totals over the pass) by the innermost function of their site that
+  made them (`modeling_qwen3_vl.py:get_rope_index`);
 - `h2d_blocking` / `h2d_async`: host-to-device copies asked for without / with `non_blocking` (which
   `evr1.models.batch.to_device` stages in pinned memory on an accelerator; on the CPU a plain copy), by site.
 
@@ -63,6 +65,7 @@ class DeviceWaits(TorchFunctionMode):
         super().__init__()
         self.device: dict[int, weakref.ref] = {}  # id → the tensor (ids of freed tensors are reused)
         self.counts: Counter = Counter()
+        self.functions: Counter = Counter()  # waits by the innermost function of their site
         self.paused = 0
 
     def mark(self, obj) -> None:
@@ -87,7 +90,10 @@ class DeviceWaits(TorchFunctionMode):
         return ref is not None and ref() is t
 
     def count(self, what: str) -> None:
-        self.counts[f"{what}:{_site()}"] += 1
+        site = _site()
+        self.counts[f"{what}:{site}"] += 1
+        if what.startswith("read.") or what == "h2d_scalar_copy":
+            self.functions[f"{_function(site)} ({site})"] += 1
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -130,6 +136,15 @@ def _site() -> str:
     return "evr1.models" if any("/evr1/models/" in f for f in files) else "step"
 
 
+def _function(site: str) -> str:
+    """The innermost frame of `site`'s package that made the call, as `file.py:function`."""
+    part = {"transformers": "/transformers/", "evr1.models": "/evr1/models/"}.get(site, "/evr1/")
+    for frame in reversed(traceback.extract_stack(limit=48)):
+        if part in frame.filename:
+            return f"{Path(frame.filename).name}:{frame.name}"
+    return "?"
+
+
 def _target_device(args, kwargs) -> str | None:
     """The device a `.to(...)` call names. On this CPU the device's tensors live on "cpu" too: for one of
     them, a string "cpu" is a copy to the host (`.to("cpu")`), a `torch.device` (`.to(x.device)`) stays
@@ -147,6 +162,7 @@ def _instrument(worker, mode: DeviceWaits):
     the device; copies are counted.
     Returns a function that puts the module functions it replaced back."""
     import evr1.models.batch as batch_module
+    import evr1.models.shared_prefix as shared_prefix_module
     import evr1.train.workers.policy as policy_module
 
     replaced: list[tuple[object, str, object]] = []
@@ -166,6 +182,12 @@ def _instrument(worker, mode: DeviceWaits):
 
     worker._micro_batches = paused(worker._micro_batches)
     worker._data_metrics = paused(worker._data_metrics)
+    # The host's own work on a batch before it moves (its rope positions and packed layout): on this CPU
+    # the factories it calls with `device=` would otherwise count as the device's.
+    for module in (policy_module, shared_prefix_module):
+        for name in ("with_host_positions", "packed_layout"):
+            if hasattr(module, name):
+                replace(module, name, paused(getattr(module, name)))
     if hasattr(batch_module, "to_device"):  # this tree stages copies itself: count them as it issues them
         plain = batch_module.to_device
 
@@ -273,16 +295,18 @@ def run(args) -> dict:
             with mode:
                 t0 = time.perf_counter()
                 lp = worker.log_probs(shard)
-                passes["log_probs"] = (dict(mode.counts), time.perf_counter() - t0)
+                passes["log_probs"] = (dict(mode.counts), time.perf_counter() - t0, dict(mode.functions))
                 mode.counts.clear()
+                mode.functions.clear()
                 shard.old_log_probs, shard.ref_log_probs = lp["old"], lp["ref"]
                 t0 = time.perf_counter()
                 metrics = worker.step(shard, 1e-5)
-                passes["update"] = (dict(mode.counts), time.perf_counter() - t0)
+                passes["update"] = (dict(mode.counts), time.perf_counter() - t0, dict(mode.functions))
             assert all(v == v for v in metrics.values() if isinstance(v, float)), metrics
             results["shared" if shared else "unshared"] = {
-                name: {"micro_batches": micro, "seconds": round(seconds, 3), **_per_micro(counts, micro)}
-                for name, (counts, seconds) in passes.items()}
+                name: {"micro_batches": micro, "seconds": round(seconds, 3), **_per_micro(counts, micro),
+                       "waits_by_function": dict(sorted(functions.items(), key=lambda kv: -kv[1]))}
+                for name, (counts, seconds, functions) in passes.items()}
             results["shared" if shared else "unshared"]["metrics"] = {
                 k: v for k, v in metrics.items() if k.startswith("actor/")}
         finally:

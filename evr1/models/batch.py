@@ -77,6 +77,12 @@ class ModelBatch:
     # Precomputed vision features (`shared_prefix.VisualFeatures`) standing in for the pixels: the
     # model scatters them at the placeholders instead of running its vision tower (`with_visual`).
     visual: Any = None
+    # Multimodal rope positions [3, B, Lp + Lr] and each row's offset [B, 1], worked out on the host before
+    # the move (`positions.with_host_positions`): the forward then skips `get_rope_index` on the device.
+    position_ids: torch.Tensor | None = None
+    rope_deltas: torch.Tensor | None = None
+    # Its packed row's index tensors (`packed.PackedLayout`), likewise made on the host for the packed pass.
+    packed: Any = None
 
     @property
     def response_ids(self) -> torch.Tensor:
@@ -92,6 +98,7 @@ class ModelBatch:
             "input_ids": self.input_ids,
             "attention_mask": self.attention_mask,
             "mm_token_type_ids": self.mm_token_type_ids,
+            **({"position_ids": self.position_ids} if self.position_ids is not None else {}),
             **mm,
         }
 
@@ -129,7 +136,14 @@ class ModelBatch:
             pending_images=(),
             pending_videos=(),
             visual=self.visual.to(device) if self.visual is not None else None,
+            position_ids=_moved(self.position_ids, device, non_blocking),
+            rope_deltas=_moved(self.rope_deltas, device, non_blocking),
+            packed=self.packed.to(device, non_blocking=non_blocking) if self.packed is not None else None,
         )
+
+
+def _moved(t: torch.Tensor | None, device: torch.device | str, non_blocking: bool) -> torch.Tensor | None:
+    return None if t is None else to_device(t, device, non_blocking=non_blocking)
 
 
 def to_device(t: torch.Tensor, device: torch.device | str, dtype: torch.dtype | None = None, *,

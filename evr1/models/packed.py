@@ -35,17 +35,19 @@ groups is its own vision block with one temporal position, where the two rules a
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from transformers import PreTrainedModel
 
 from evr1.models.adapter import ModelBatch
+from evr1.models.batch import to_device
+from evr1.models.positions import ROPE_KEYS
 from evr1.models.runtime import check_temperature, chunked_token_log_probs, hidden_instead_of_logits, token_log_probs
 
 # Families whose every layer is attention (masking by sequence boundary is exact).
 PACKABLE = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl"})
-ROPE_KEYS = ("image_grid_thw", "video_grid_thw", "second_per_grid_ts")
 
 
 def supports_packing(family: str) -> bool:
@@ -53,18 +55,35 @@ def supports_packing(family: str) -> bool:
     return family in PACKABLE
 
 
-def packed_inputs(model: PreTrainedModel, batch: ModelBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """(model inputs of the packed row, index [B, Lr] of the packed position predicting each response token).
+@dataclass(frozen=True)
+class PackedLayout:
+    """Where a padded micro-batch's valid tokens go in its packed row: the row's ids, token types and
+    4-row positions ([text; t; h; w], each [.., 1, T]) and `keep` [B, Lr], the packed position predicting
+    each response token (0 past a response's end). Index tensors only: made on the host before the
+    batch moves (`packed_layout` of a host batch), they cost the device no wait."""
 
-    `batch` is on the model's device with its media prepared (or precomputed features:
-    `ModelBatch.with_visual`). Indices past a response's end point
-    at position 0 (their log-probs are masked out, as on the padded path).
-    """
+    input_ids: torch.Tensor
+    mm_token_type_ids: torch.Tensor
+    position_ids: torch.Tensor
+    keep: torch.Tensor
+
+    def to(self, device: torch.device | str, *, non_blocking: bool = False) -> PackedLayout:
+        return PackedLayout(*(to_device(t, device, non_blocking=non_blocking) for t in
+                              (self.input_ids, self.mm_token_type_ids, self.position_ids, self.keep)))
+
+
+def packed_layout(model: PreTrainedModel, batch: ModelBatch) -> PackedLayout:
+    """The packed row of `batch`, computed on the batch's device (the host, before it moves, in the
+    trainer). Its rope positions are `batch.position_ids` when the host worked them out already
+    (`positions.with_host_positions`), else the model's `get_rope_index` over the padded batch."""
     valid = batch.attention_mask.bool()
     b, width = valid.shape
-    grids = {k: batch.mm[k] for k in ROPE_KEYS if k in batch.mm}
-    rope, _ = model.model.get_rope_index(input_ids=batch.input_ids, mm_token_type_ids=batch.mm_token_type_ids,
-                                         attention_mask=batch.attention_mask, **grids)
+    if batch.position_ids is not None:
+        rope = batch.position_ids
+    else:
+        grids = {k: batch.mm[k] for k in ROPE_KEYS if k in batch.mm}
+        rope, _ = model.model.get_rope_index(input_ids=batch.input_ids, mm_token_type_ids=batch.mm_token_type_ids,
+                                             attention_mask=batch.attention_mask, **grids)
     text = valid.long().cumsum(1) - 1  # 0 at each sequence's first token
     position_ids = torch.cat([text[valid][None], rope[:, valid]])[:, None, :]  # [4, 1, T]
     flat = (valid.flatten().long().cumsum(0) - 1).view(b, width)  # packed index of each padded cell
@@ -72,10 +91,23 @@ def packed_inputs(model: PreTrainedModel, batch: ModelBatch) -> tuple[dict[str, 
     predictor = flat[:, batch.prompt_length - 1: batch.prompt_length - 1 + lr]  # position t predicts t + 1
     ends = batch.prompt_length - 1 + torch.arange(lr, device=valid.device)
     keep = torch.where(valid.gather(1, ends.expand(b, lr)), predictor, torch.zeros_like(predictor))
-    media = {k: v for k, v in batch.model_inputs().items() if k not in ("input_ids", "attention_mask", "mm_token_type_ids")}
-    inputs = {"input_ids": batch.input_ids[valid][None], "mm_token_type_ids": batch.mm_token_type_ids[valid][None],
-              "position_ids": position_ids, "attention_mask": None, **media}
-    return inputs, keep
+    return PackedLayout(batch.input_ids[valid][None], batch.mm_token_type_ids[valid][None], position_ids, keep)
+
+
+def packed_inputs(model: PreTrainedModel, batch: ModelBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """(model inputs of the packed row, index [B, Lr] of the packed position predicting each response token).
+
+    `batch` is on the model's device with its media prepared (or precomputed features:
+    `ModelBatch.with_visual`); its layout is `batch.packed` when the host made it, else worked out
+    here (`packed_layout`). Indices past a response's end point at position 0 (their log-probs are
+    masked out, as on the padded path).
+    """
+    layout = batch.packed if batch.packed is not None else packed_layout(model, batch)
+    media = {k: v for k, v in batch.model_inputs().items()
+             if k not in ("input_ids", "attention_mask", "mm_token_type_ids", "position_ids")}
+    inputs = {"input_ids": layout.input_ids, "mm_token_type_ids": layout.mm_token_type_ids,
+              "position_ids": layout.position_ids, "attention_mask": None, **media}
+    return inputs, layout.keep
 
 
 def packed_response_log_probs(

@@ -39,6 +39,7 @@ from transformers import PreTrainedModel
 
 from evr1.models.adapter import VisionLanguageAdapter
 from evr1.models.batch import ModelBatch, PromptInputs, to_device
+from evr1.models.positions import with_host_positions
 from evr1.models.runtime import check_temperature, chunked_token_log_probs, hidden_instead_of_logits, token_log_probs
 
 PIXEL_KEYS = ("pixel_values", "pixel_values_videos")
@@ -182,6 +183,8 @@ def _model_inputs(batch: ModelBatch, visual: VisualFeatures | None) -> dict[str,
     inputs = {k: v for k, v in batch.mm.items() if k not in PIXEL_KEYS}
     inputs.update(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                   mm_token_type_ids=batch.mm_token_type_ids)
+    if batch.position_ids is not None:
+        inputs["position_ids"] = batch.position_ids
     if visual.outputs:
         inputs["mm_encoder_outputs"] = dict(visual.outputs)
     return inputs
@@ -230,12 +233,15 @@ def pad_responses(
     return tuple(to_device(t, device, non_blocking=True) for t in (ids, attention, mask))
 
 
-def _rope_delta(model: PreTrainedModel, prefix: ModelBatch) -> int:
+def _rope_delta(model: PreTrainedModel, prefix: ModelBatch) -> int | torch.Tensor:
     """How far the prompt's mrope positions run behind its length (0 for a text-only prompt, where
-    the model's own positions are 0..Lp-1): response token j sits at Lp + j + delta on all axes."""
+    the model's own positions are 0..Lp-1): response token j sits at Lp + j + delta on all axes.
+    The host's figure (a 0-d tensor on the device: read by nobody) when it worked the positions out."""
     grids = {k: v for k, v in prefix.mm.items() if k in GRID_KEYS}
     if not grids:
         return 0
+    if prefix.rope_deltas is not None:
+        return prefix.rope_deltas.reshape(())
     _, delta = _inner(model).get_rope_index(
         prefix.input_ids, mm_token_type_ids=prefix.mm_token_type_ids, attention_mask=prefix.attention_mask, **grids
     )
@@ -326,7 +332,8 @@ def grouped_response_log_probs(
     if not responses:
         raise ValueError("grouped_response_log_probs: no responses for the prompt")
     device = _device_of(model)
-    prefix = adapter.collate([prompt])
+    # Its rope positions worked out on the host, before the move (no device wait in `get_rope_index`).
+    prefix = with_host_positions(model, adapter.collate([prompt]))
     # Given features, the prompt's pixels are never made (the tower would not see them).
     prefix = (prefix.with_visual(visual) if visual is not None else prefix).to(device, dtype, non_blocking=True)
     ids, attention, mask = pad_responses(adapter, responses, device)

@@ -237,7 +237,8 @@ def check_bench_async(out: str) -> None:
 
 def check_bench_step_syncs(out: str) -> None:
     """Issue 33 item 11: the step's own code waits for the device once per pass (log-probs: the copies; update:
-    the grad norm per mini-batch and the metrics per step) and copies nothing to it from pageable memory."""
+    the grad norm per mini-batch and the metrics per step), copies nothing to it from pageable memory, and
+    the model's rope positions are worked out on the host."""
     (row,) = _json_lines(out)
     for mode in ("shared", "unshared"):
         for name, allowed in (("log_probs", {"stream_sync (step)"}), ("update", {"__float__ (step)", "tolist (step)"})):
@@ -246,6 +247,11 @@ def check_bench_step_syncs(out: str) -> None:
             blocking = figures["h2d_blocking_per_micro_batch"]  # evr1's copies; transformers' own are not ours
             assert step_waits <= allowed and blocking["step"] == blocking["evr1.models"] == 0, (mode, name, figures)
             assert sum(figures["h2d_async_per_micro_batch"].values()) > 0, (mode, name, figures)
+            # The rope positions and the packed layout are the host's work (`with_host_positions`): no device
+            # wait in `get_rope_index`, nor in the packing, nor in the shared prefix's rope offset.
+            rope = {f for f in figures["waits_by_function"]
+                    if "get_rope_index" in f or f.startswith(("packed.py:", "shared_prefix.py:_rope_delta"))}
+            assert not rope, (mode, name, figures["waits_by_function"])
 
 
 CHECKS = {f"{name[len('check_'):]}.py": fn for name, fn in globals().items() if name.startswith("check_")}

@@ -2,8 +2,9 @@
 
 FSDP2 casts a unit's float forward inputs to the policy's dtype unless told not to: Qwen2.5-VL's
 `second_per_grid_ts` would then reach `get_rope_index` in bf16 in the passes whose positions the
-model computes itself (padded, and the shared prefix's prompt forward), while the packed pass computes
-them outside the forward in float32. Here the CUDA policy runs on CPU (one gloo rank) on a Qwen2.5-VL
+model computes itself (a padded batch without host positions), while the packed pass and the shared
+prefix's prompt work them out outside the forward in float32 (`with_host_positions`; the trainer's
+padded batches get theirs there too). Here the CUDA policy runs on CPU (one gloo rank) on a Qwen2.5-VL
 video whose seconds per temporal patch (0.4995: 2 frames at 4.004 fps) round to 0.5 in bf16, so every
 temporal position after the first would move by one; the positions each pass hands the language
 model are captured and compared, and the log-probs of the grouped (shared-prefix), packed and padded
@@ -100,7 +101,10 @@ def test_grouped_packed_and_padded_passes_see_the_same_positions_and_log_probs_u
 
 @pytest.mark.slow
 def test_the_default_fsdp2_policy_would_move_the_temporal_positions(tmp_path):
-    """The record of why: with forward inputs cast (FSDP2's default) the padded and grouped passes
-    compute the video's temporal positions from 0.5 s instead of 0.4995 s."""
+    """The record of why: with forward inputs cast (FSDP2's default) a pass whose positions the model
+    computes inside its forward (here the padded one) takes the video's temporal positions from 0.5 s
+    instead of 0.4995 s. The grouped pass works its prompt's positions out on the host before the
+    forward (`with_host_positions`), as the packed pass does its layout: the cast no longer reaches them."""
     got = _run(tmp_path, "cast")
-    assert got["grouped"] != got["packed"] and got["padded"] != got["packed"]
+    assert got["padded"] != got["packed"]
+    assert got["grouped"] == got["packed"]
