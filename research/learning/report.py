@@ -69,8 +69,18 @@ def first_reaching(points: list[tuple[int, float, float]], target: float) -> tup
 
 
 def train_wall_s(run_dir: Path) -> float:
+    """The train stage's start to its end. A resumed run keeps its MLflow run, so this spans the time
+    between sessions too: `rl_steps_s` is the figure that does not."""
     info = stage_run(run_dir, "train").info
     return (info.end_time - info.start_time) / 1000 if info.end_time else float("nan")
+
+
+def rl_steps_s(run_dir: Path, upto: int | None = None) -> float:
+    """The RL steps' own time (`time/step_s` summed, to step `upto` when given): no warm-up, validation,
+    start-up, nor any gap between a run and its resume."""
+    history = _client(run_dir).get_metric_history(stage_run(run_dir, "train").info.run_id, "time/step_s")
+    latest = {m.step: m.value for m in sorted(history, key=lambda m: m.timestamp)}  # a retried step: its last
+    return float(sum(v for step, v in latest.items() if upto is None or step <= upto))
 
 
 def summary(run_dir: Path, target: float = 0.8) -> dict:
@@ -90,6 +100,7 @@ def summary(run_dir: Path, target: float = 0.8) -> dict:
         "steps_to_target": reached[0] if reached else None,
         "seconds_to_target": round(reached[1], 1) if reached else None,
         "train_wall_s": round(train_wall_s(run_dir), 1),
+        "rl_steps_s": round(rl_steps_s(run_dir), 1),
     }
 
 

@@ -15,8 +15,8 @@ It prints one JSON line: `seeds`, `test_accuracy_mean/min/max`, `test_accuracy_b
 `test_accuracy_by_seed`, `heldout_accuracy_before_rl` (mean over seeds, and per seed),
 `heldout_accuracy_at` (mean/min/max at steps 300/450/600 where a run reached them), the answer floors
 per family on the test split (`chance`, `constant`: what a collapsed policy scores), `train_wall_s`
-(the train stage, warm-up included) and `run_wall_s` (the whole `evr1 run`, start-up and eval included),
-means over seeds; with `--offline`, the demonstration run's figures under `offline` (never mixed in).
+(the train stage, warm-up included; across a resume it spans the gap too), `rl_steps_s` (the RL steps'
+own time, summed) and `run_wall_s` (the whole `evr1 run`, start-up and eval included), means over seeds; with `--offline`, the demonstration run's figures under `offline` (never mixed in).
 Also docs/learning.png and the oracle's accuracy on every generated item. A benchmark, not a CI test
 (tests/train/test_learning_video.py is the short one).
 """
@@ -124,6 +124,7 @@ def aggregate(per_seed: dict[int, dict]) -> dict:
         "heldout_accuracy_final_mean": _stats([r["val_accuracy_final"] for r in runs])["mean"],
         "steps": [r["steps"] for r in runs],
         "train_wall_s": round(float(np.mean([r["train_wall_s"] for r in runs])), 1),
+        "rl_steps_s": round(float(np.mean([r["rl_steps_s"] for r in runs])), 1),
         "run_wall_s": round(float(np.mean(walls)), 1) if walls else None,
     }
 
@@ -158,7 +159,7 @@ def main() -> None:
     line = {**aggregate(per_seed),
             "answer_floors_test": learning_report.answer_floors(learning_report.test_rows(first)),
             "per_seed": {str(s): {k: r[k] for k in ("test", "heldout_at", "heldout_accuracy_before_rl_by_family",
-                                                    "steps_to_target", "train_wall_s", "run_wall_s")}
+                                                    "steps_to_target", "train_wall_s", "rl_steps_s", "run_wall_s")}
                          for s, r in per_seed.items()},
             "oracle_accuracy": None if args.no_oracle else oracle_accuracy(args.root, first.name, args.config)}
     if args.offline:
