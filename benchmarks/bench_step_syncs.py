@@ -185,7 +185,7 @@ def _instrument(worker, mode: DeviceWaits):
     # The host's own work on a batch before it moves (its rope positions and packed layout): on this CPU
     # the factories it calls with `device=` would otherwise count as the device's.
     for module in (policy_module, shared_prefix_module):
-        for name in ("with_host_positions", "packed_layout"):
+        for name in ("host_prepared", "with_host_positions", "packed_layout"):
             if hasattr(module, name):
                 replace(module, name, paused(getattr(module, name)))
     if hasattr(batch_module, "to_device"):  # this tree stages copies itself: count them as it issues them

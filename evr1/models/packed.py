@@ -35,7 +35,7 @@ groups is its own vision block with one temporal position, where the two rules a
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -43,7 +43,7 @@ from transformers import PreTrainedModel
 
 from evr1.models.adapter import ModelBatch
 from evr1.models.batch import to_device
-from evr1.models.positions import ROPE_KEYS
+from evr1.models.positions import ROPE_KEYS, with_host_positions
 from evr1.models.runtime import check_temperature, chunked_token_log_probs, hidden_instead_of_logits, token_log_probs
 
 # Families whose every layer is attention (masking by sequence boundary is exact).
@@ -92,6 +92,14 @@ def packed_layout(model: PreTrainedModel, batch: ModelBatch) -> PackedLayout:
     ends = batch.prompt_length - 1 + torch.arange(lr, device=valid.device)
     keep = torch.where(valid.gather(1, ends.expand(b, lr)), predictor, torch.zeros_like(predictor))
     return PackedLayout(batch.input_ids[valid][None], batch.mm_token_type_ids[valid][None], position_ids, keep)
+
+
+def host_prepared(model: PreTrainedModel, batch: ModelBatch, *, packed: bool) -> ModelBatch:
+    """`batch`, still on the host, with its rope positions (`positions.with_host_positions`) and, for the
+    packed pass, its packed layout worked out there: the forward then runs none of `get_rope_index`'s
+    loops, each of which would make the host wait for the device (issue 33)."""
+    batch = with_host_positions(model, batch)
+    return replace(batch, packed=packed_layout(model, batch)) if packed else batch
 
 
 def packed_inputs(model: PreTrainedModel, batch: ModelBatch) -> tuple[dict[str, torch.Tensor], torch.Tensor]:

@@ -39,11 +39,11 @@ from transformers import PreTrainedModel
 
 from evr1.models.adapter import VisionLanguageAdapter
 from evr1.models.batch import ModelBatch, PromptInputs, to_device
-from evr1.models.positions import with_host_positions
+from evr1.models.positions import ROPE_KEYS, with_host_positions
 from evr1.models.runtime import check_temperature, chunked_token_log_probs, hidden_instead_of_logits, token_log_probs
 
 PIXEL_KEYS = ("pixel_values", "pixel_values_videos")
-GRID_KEYS = ("image_grid_thw", "video_grid_thw", "second_per_grid_ts")
+GRID_KEYS = ROPE_KEYS  # the grids `get_rope_index` reads
 # media key → (feature getter on the inner model, pixel key, grid key)
 MEDIA = {
     "image": ("get_image_features", "pixel_values", "image_grid_thw"),

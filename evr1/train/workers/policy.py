@@ -22,8 +22,7 @@ from evr1 import rl
 from evr1.cluster.processes import peak_rss_mb
 from evr1.models import encode_visual, grouped_response_log_probs, load_adapter, response_log_probs
 from evr1.models.batch import to_device
-from evr1.models.packed import packed_layout, packed_response_log_probs, supports_packing
-from evr1.models.positions import with_host_positions
+from evr1.models.packed import host_prepared, packed_response_log_probs, supports_packing
 from evr1.models.runtime import VisionPassCounter
 from evr1.models.shared_prefix import VisualFeatures
 from evr1.train.protocol import ReaderSpec, Shard, prompt_runs, row_key, shard_slices
@@ -169,13 +168,8 @@ class PolicyWorker(PolicyState, EngineHost):
         its prompts' features instead of pixels (`ModelBatch.with_visual`): encoded here in a step's
         first pass over its shard (`encode`), taken from the step's store in the update."""
         batch, *values, lengths, groups = item
-        if media and self.sp.sp_size == 1:
-            # Rope positions and the packed row's indices worked out here on the host, where the ids,
-            # masks and grids are: the forward skips `get_rope_index`, whose loops would make the host
-            # wait for the device (issue 33). The sequence-parallel split makes its own.
-            batch = with_host_positions(self.model, batch)
-            if self.packed:
-                batch = replace(batch, packed=packed_layout(self.model, batch))
+        if media and self.sp.sp_size == 1:  # positions on the host (the sequence-parallel split makes its own)
+            batch = host_prepared(self.model, batch, packed=self.packed)
         if self.reuse_visual:
             self._encode(groups, collective=encode)
             rows = [key for _, responses, key in groups for _ in responses]
@@ -437,10 +431,6 @@ class PolicyWorker(PolicyState, EngineHost):
         grad_norm = self._clip_and_step()
         self._data_metrics()
         return {"warmup/nll": float(total) * self.sp.dp_size, "warmup/grad_norm": grad_norm}
-
-    def _set_lr(self, lr: float) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
 
     def _visual_dummy(self) -> torch.Tensor:
         """A zero-weight pass through the vision tower for a micro-batch without media.

@@ -21,7 +21,11 @@ from evr1.train.checkpoint import tensor_digest
 
 
 class PolicyState:
-    """Save, load and copy the policy's (and the frozen reference's) weights."""
+    """Save, load and copy the policy's (and the frozen reference's) weights; set its optimizer's rate."""
+
+    def _set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
 
     def probe_logits(self, row: dict, response: list[int]) -> dict | None:
         """Logits of the trained weights on one fixed input, for merge to check its output against.
