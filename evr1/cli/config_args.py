@@ -27,7 +27,7 @@ USES: dict[str, tuple[str, ...] | None] = {
     "run": ALL,
     "ingest": ("data", "model", "reward"),
     "cache": ("data", "model", "orchestration"),
-    "train": ("data", "model", "reward", "orchestration", "tracking"),
+    "train": ("data", "model", "reward", "trainer", "orchestration", "tracking"),
     "eval": ("eval", "reward", "orchestration", "tracking"),
     "plan": (),  # plans for a cluster: the model folder need not be on this machine
 }

@@ -147,11 +147,21 @@ def _eval(cfg: Config) -> Iterator[str | None]:
         yield model_folder_problem("eval.judge.model_path", judge.model_path)
 
 
+def _checkpoint(key: str, value: str) -> str | None:
+    """A checkpoint folder (`step_N` with its state file) or a run's checkpoint folder (with a `latest`)."""
+    path = Path(value)
+    if not (path / "trainer_state.json").exists() and not any(path.glob("step_*/trainer_state.json")):
+        return f"{key}={value}: no checkpoint there (expected a step_N folder or a run's checkpoints/<fingerprint> folder)"
+    return None
+
+
 CHECKS: dict[str, Callable[[Config], Iterator[str | None]]] = {
     "data": _data,
     "model": lambda cfg: iter([model_folder_problem("model.path", cfg.model.path) if cfg.model.path else None]),
     "reward": _code_families,
     "eval": _eval,
+    "trainer": lambda cfg: iter([_checkpoint("trainer.init_from", cfg.trainer.init_from)
+                                 if cfg.trainer.init_from else None]),
     "orchestration": lambda cfg: iter([ray_address_problem(cfg.orchestration.ray_address)
                                        if cfg.orchestration.ray_address else None]),
     "tracking": lambda cfg: iter([tracking_uri_problem(cfg.tracking.uri)

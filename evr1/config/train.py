@@ -326,3 +326,8 @@ class TrainerConfig(Section):
     save_every: int = Field(0, ge=0)
     keep_last: int = Field(2, ge=1)
     resume: bool = True
+    # Start from another run's checkpoint (a `step_N` folder, or its `checkpoints/<fingerprint>` folder
+    # for the newest): weights, optimizer, data position, step and reference, then train on with this
+    # config to `steps` (to rewind before a loss spike and go on with a lower lr, or fork a setting).
+    # The path is part of the checkpoint fingerprint; once the fork has saved, it resumes from its own.
+    init_from: str | None = None

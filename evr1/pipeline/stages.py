@@ -245,7 +245,8 @@ def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: S
         tr.log_dict({"history": result.history}, "train_history.json")
         tag_stage(tr, cfg, "train", in_samples_uri=samples.uri, in_samples_version=samples.version,
                  in_frames_uri=frames.uri, in_frames_version=frames.version, in_model=model.uri,
-                 out_checkpoint=result.checkpoint, out_step=result.steps)
+                 out_checkpoint=result.checkpoint, out_step=result.steps,
+                 **({"in_forked_from": result.forked_from} if result.forked_from else {}))
         _plot_training(tr, result.history, before_rl=result.before_rl or tr.logged_at_step(0, "val/"),
                        warmup=warmup, chance_rows=val_rows[: cfg.trainer.val_limit] if val_rows else rows)
     final = result.final_metrics
@@ -255,6 +256,7 @@ def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: S
     return StageResult(stage="train", uri=str(result.checkpoint), version=result.steps,
                        content_hash=short_hash(fingerprint, result.steps), metrics=headline,
                        extra={"fingerprint": fingerprint,
+                              **({"forked_from": str(result.forked_from)} if result.forked_from else {}),
                               **({"note": f"resumed at step {result.resumed_from}" if result.resumed_from < result.steps
                                   else f"nothing to do: the checkpoint is at step {result.steps}"}
                                  if result.resumed_from else {})})

@@ -62,6 +62,19 @@ def latest_checkpoint(root: Path) -> Path | None:
     return complete[-1] if complete else None
 
 
+def resolve(path: Path, key: str = "trainer.init_from") -> Path:
+    """The checkpoint `path` names: a `step_N` folder, or a run's checkpoint folder (its newest one).
+    A clear error naming `key` otherwise."""
+    path = Path(path)
+    if (path / STATE_FILE).exists():
+        return path
+    found = latest_checkpoint(path) if path.is_dir() else None
+    if found is None:
+        raise ValueError(f"{key}={path}: no checkpoint there (expected a step_N folder holding {STATE_FILE}, "
+                         "or a run's checkpoints/<fingerprint> folder with one)")
+    return found
+
+
 def prune(root: Path, keep_last: int) -> None:
     """Keep the newest `keep_last` complete checkpoints; remove older ones and unfinished `.tmp` saves."""
     complete = sorted(p for p in root.glob("step_*") if (p / STATE_FILE).exists() and not p.name.endswith(".tmp"))

@@ -42,6 +42,7 @@ class TrainResult:
     history: list[dict] = field(default_factory=list)
     before_rl: dict[str, float] = field(default_factory=dict)  # validation after the warm-up, before step 1
     resumed_from: int = 0  # the checkpoint step this training continued from (0: it started fresh)
+    forked_from: Path | None = None  # another run's checkpoint it started from (`trainer.init_from`)
 
     @property
     def final_metrics(self) -> dict[str, float]:
@@ -71,6 +72,16 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
     `log_table(artifact_file, rows)` receives the readable rollout and validation tables (evr1/train/rollout_table.py)."""
     t = cfg.trainer
     out_dir.mkdir(parents=True, exist_ok=True)
+    if not t.resume:
+        ckpt_io.clear(out_dir)  # asked not to resume: an older run's checkpoints must not mix with this one's
+    resume_from = ckpt_io.latest_checkpoint(out_dir)
+    # A fork (`trainer.init_from`) starts where another run's checkpoint stands, until it has one of its own.
+    forked = ckpt_io.resolve(Path(t.init_from)) if t.init_from and resume_from is None else None
+    resume_from = resume_from or forked
+    state = ckpt_io.read_state(resume_from) if resume_from else {"step": 0, "cursor": {}, "history": []}
+    if forked is not None and state["step"] >= t.steps:
+        raise ValueError(f"trainer.init_from={t.init_from}: that checkpoint is at step {state['step']}, "
+                         f"trainer.steps={t.steps}: nothing to train (raise trainer.steps)")
     ensure_ray(cfg.orchestration.ray_address, num_cpus=cfg.orchestration.ray_num_cpus,
                object_store_mb=cfg.orchestration.ray_object_store_mb)
     adapter = load_adapter(model_dir)
@@ -82,10 +93,6 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
                       effective_limit(cfg.data.max_prompt_tokens, model_positions(model_dir), cfg.rollout.max_new_tokens))
     score = _scorer(cfg)
 
-    if not t.resume:
-        ckpt_io.clear(out_dir)  # asked not to resume: an older run's checkpoints must not mix with this one's
-    resume_from = ckpt_io.latest_checkpoint(out_dir)
-    state = ckpt_io.read_state(resume_from) if resume_from else {"step": 0, "cursor": {}, "history": []}
     source = prompt_source.build(samples, seed=cfg.run.seed, state=state["cursor"], stratify=cfg.data.stratify,
                                  staleness=t.staleness)
     history: list[dict] = state.get("history", [])
@@ -94,6 +101,10 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
     cluster = ActorGroup(cfg, model_dir, spec)
     try:
         reference = out_dir / "warmup_reference"
+        if forked is not None:  # the origin's reference, copied: the fork outlives the origin's pruning
+            shutil.rmtree(reference, ignore_errors=True)
+            if (forked.parent / "warmup_reference").exists():
+                shutil.copytree(forked.parent / "warmup_reference", reference)
         if resume_from:
             cluster.all("load", str(resume_from))
             if reference.exists():
@@ -158,7 +169,8 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
             _write_probe(cluster, source.samples, adapter, final)
     finally:
         cluster.shutdown()
-    return TrainResult(checkpoint=final, steps=step, history=history, before_rl=before_rl, resumed_from=state["step"])
+    return TrainResult(checkpoint=final, steps=step, history=history, before_rl=before_rl, resumed_from=state["step"],
+                       forked_from=forked)
 
 
 def _kl_controller(cfg: Config, value: float | None):

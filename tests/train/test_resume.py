@@ -1,5 +1,7 @@
 """Training resumes exactly: 1 step, stop, resume to 2 steps gives the same weights, optimizer state and
-data order as 2 uninterrupted steps. Real Ray actors, FSDP2 over 2 gloo ranks, a tiny Qwen2.5-VL."""
+data order as 2 uninterrupted steps, and so does a fork of the 1-step run (`trainer.init_from`) into
+another folder; a fork with another lr trains on at that lr. Real Ray actors, FSDP2 over 2 gloo
+ranks, a tiny Qwen2.5-VL."""
 
 from pathlib import Path
 
@@ -10,7 +12,8 @@ import torch.distributed.checkpoint as dcp
 from evr1 import pipeline
 from evr1.config import load_config
 from evr1.data.ingest import read_samples
-from evr1.train.checkpoint import latest_checkpoint, read_state
+from evr1.config.preflight import preflight
+from evr1.train.checkpoint import latest_checkpoint, read_state, resolve
 from evr1.train.trainer import train
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,3 +70,44 @@ def test_resume_equals_uninterrupted(tmp_path):
     # and the weights did move from the base model
     base = _load_flat(latest_checkpoint(tmp_path / "b").parent / "step_000001")
     assert any(not torch.equal(base[k], ta[k]) for k in ta if k.startswith(".model."))
+
+    # A fork of the 1-step run into another folder, same settings: the same two steps, bitwise.
+    origin = tmp_path / "b" / "step_000001"
+    fork_cfg = load_config(ROOT / "conf/tiny.yaml", [*overrides, "trainer.steps=2", f"trainer.init_from={origin}"])
+    forked = train(fork_cfg, samples=rows, frames_uri=frames.uri, model_dir=Path(model.uri), out_dir=tmp_path / "c")
+    assert forked.forked_from == origin and forked.resumed_from == 1 and forked.steps == 2
+    assert (tmp_path / "c" / "warmup_reference").is_dir()  # the origin's reference travels with the fork
+    c = read_state(forked.checkpoint)
+    assert c["cursor"] == a["cursor"] and [h["reward/overall"] for h in c["history"]] == [h["reward/overall"] for h in a["history"]]
+    tc = _load_flat(forked.checkpoint)
+    for k in ta:
+        torch.testing.assert_close(tc[k], ta[k], atol=0, rtol=0, msg=k)
+
+    # The same origin at a tenth of the lr: step 1 is the origin's, step 2 trains at the new rate and lands elsewhere.
+    assert resolve(tmp_path / "b") == tmp_path / "b" / "step_000002"  # a run's folder: its newest checkpoint
+    slow = load_config(ROOT / "conf/tiny.yaml", [*overrides, "trainer.steps=2", f"trainer.init_from={origin}",
+                                                  f"trainer.lr={cfg.trainer.lr / 10}"])
+    lowered = train(slow, samples=rows, frames_uri=frames.uri, model_dir=Path(model.uri), out_dir=tmp_path / "d")
+    assert lowered.history[0]["reward/overall"] == a["history"][0]["reward/overall"]
+    assert lowered.history[-1]["actor/lr"] == pytest.approx(cfg.trainer.lr / 10)
+    td = _load_flat(lowered.checkpoint)
+    assert any(not torch.equal(td[k], ta[k]) for k in ta if k.startswith(".model."))
+
+
+def test_fork_refuses_what_it_cannot_start_from(tmp_path):
+    """A path with no checkpoint is named at config check and at train time; a fork with no step left
+    to train says so before any actor starts."""
+    cfg = load_config(ROOT / "conf/tiny.yaml", [f"run.root={tmp_path}", f"trainer.init_from={tmp_path / 'none'}"])
+    assert [p for p in preflight(cfg, ("trainer",))] == [
+        f"trainer.init_from={tmp_path / 'none'}: no checkpoint there (expected a step_N folder or a run's "
+        "checkpoints/<fingerprint> folder)"]
+    with pytest.raises(ValueError, match=r"trainer.init_from=.*none: no checkpoint there"):
+        train(cfg, samples=[], frames_uri=None, model_dir=tmp_path, out_dir=tmp_path / "out")
+
+    step = tmp_path / "ckpt" / "step_000003"
+    step.mkdir(parents=True)
+    (step / "trainer_state.json").write_text('{"step": 3, "cursor": {}, "history": []}')
+    assert preflight(load_config(ROOT / "conf/tiny.yaml", [f"trainer.init_from={step.parent}"]), ("trainer",)) == []
+    late = load_config(ROOT / "conf/tiny.yaml", [f"run.root={tmp_path}", f"trainer.init_from={step}", "trainer.steps=3"])
+    with pytest.raises(ValueError, match=r"at step 3, trainer.steps=3: nothing to train"):
+        train(late, samples=[], frames_uri=None, model_dir=tmp_path, out_dir=tmp_path / "out")
