@@ -83,6 +83,9 @@ class ModelBatch:
     rope_deltas: torch.Tensor | None = None
     # Its packed row's index tensors (`packed.PackedLayout`), likewise made on the host for the packed pass.
     packed: Any = None
+    # The flat positions of the valid response tokens (`runtime.valid_index(response_mask)`), made on the
+    # host for the chunked log-probs: `nonzero` on the device would wait for it.
+    response_index: torch.Tensor | None = None
 
     @property
     def response_ids(self) -> torch.Tensor:
@@ -138,6 +141,7 @@ class ModelBatch:
             visual=self.visual.to(device) if self.visual is not None else None,
             position_ids=_moved(self.position_ids, device, non_blocking),
             rope_deltas=_moved(self.rope_deltas, device, non_blocking),
+            response_index=_moved(self.response_index, device, non_blocking),
             packed=self.packed.to(device, non_blocking=non_blocking) if self.packed is not None else None,
         )
 

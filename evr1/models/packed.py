@@ -44,7 +44,13 @@ from transformers import PreTrainedModel
 from evr1.models.adapter import ModelBatch
 from evr1.models.batch import to_device
 from evr1.models.positions import ROPE_KEYS, with_host_positions
-from evr1.models.runtime import check_temperature, chunked_token_log_probs, hidden_instead_of_logits, token_log_probs
+from evr1.models.runtime import (
+    check_temperature,
+    chunked_token_log_probs,
+    hidden_instead_of_logits,
+    token_log_probs,
+    valid_index,
+)
 
 # Families whose every layer is attention (masking by sequence boundary is exact).
 PACKABLE = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl"})
@@ -98,7 +104,7 @@ def host_prepared(model: PreTrainedModel, batch: ModelBatch, *, packed: bool) ->
     """`batch`, still on the host, with its rope positions (`positions.with_host_positions`) and, for the
     packed pass, its packed layout worked out there: the forward then runs none of `get_rope_index`'s
     loops, each of which would make the host wait for the device (issue 33)."""
-    batch = with_host_positions(model, batch)
+    batch = replace(with_host_positions(model, batch), response_index=valid_index(batch.response_mask))
     return replace(batch, packed=packed_layout(model, batch)) if packed else batch
 
 
@@ -138,7 +144,8 @@ def packed_response_log_probs(
         # The head's parameters are read after the forward: FSDP2 gathers the root unit (which holds the
         # head) during it and leaves it gathered until the backward is done.
         return chunked_token_log_probs(hidden.view(b, lr, -1), head.weight, batch.response_ids, batch.response_mask,
-                                       temperature, with_entropy, bias=head.bias, chunk_tokens=chunk_tokens)
+                                       temperature, with_entropy, bias=head.bias, chunk_tokens=chunk_tokens,
+                                       index=batch.response_index)
     logits = model(**inputs, logits_to_keep=keep.flatten(), use_cache=False).logits  # [1, B·Lr, V]
     return token_log_probs(logits.view(b, lr, -1), batch.response_ids, batch.response_mask, temperature, with_entropy)
 

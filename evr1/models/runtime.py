@@ -81,7 +81,8 @@ def response_log_probs(
         with hidden_instead_of_logits(model) as head:
             hidden = model(**batch.model_inputs(), logits_to_keep=lr + 1, use_cache=False).logits
         return chunked_token_log_probs(hidden[:, :-1, :], head.weight, batch.response_ids, batch.response_mask,
-                                       temperature, with_entropy, bias=head.bias, chunk_tokens=chunk_tokens)
+                                       temperature, with_entropy, bias=head.bias, chunk_tokens=chunk_tokens,
+                                       index=batch.response_index)
     out = model(**batch.model_inputs(), logits_to_keep=lr + 1, use_cache=False)
     # position t predicts token t + 1
     return token_log_probs(out.logits[:, :-1, :], batch.response_ids, batch.response_mask, temperature, with_entropy)
@@ -148,6 +149,13 @@ def _identity(x: torch.Tensor) -> torch.Tensor:
     return x.clone() if x._base is not None else x
 
 
+def valid_index(mask: torch.Tensor) -> torch.Tensor:
+    """The flat positions of `mask`'s valid tokens, [N] int64. `nonzero` sizes its output from the
+    values, so on an accelerator it makes the host wait for the device: made from the host's mask
+    before the move (`ModelBatch.response_index`), it costs no wait."""
+    return mask.reshape(-1).bool().nonzero().squeeze(1)
+
+
 def chunked_token_log_probs(
     hidden: torch.Tensor,
     weight: torch.Tensor,
@@ -158,6 +166,7 @@ def chunked_token_log_probs(
     *,
     bias: torch.Tensor | None = None,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    index: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`token_log_probs(F.linear(hidden, weight, bias), targets, mask, …)` without the [B, L, V] logits.
 
@@ -169,6 +178,7 @@ def chunked_token_log_probs(
     (= logsumexp(z) − Σ softmax(z)·z), each chunk's fp32 blocks freed before the next. Differentiable in
     `hidden`, `weight` and `bias`: the backward recomputes each chunk's logits, so nothing [·, V] is
     saved between forward and backward. Returns fp32 [B, L] log-probs (and entropy), 0 off `mask`.
+    `index`: `valid_index(mask)` when the caller has it already (made on the host: no device wait).
     """
     check_temperature(temperature)
     if chunk_tokens < 1:
@@ -177,7 +187,7 @@ def chunked_token_log_probs(
     if hidden.shape[:2] != (b, length) or mask.shape != (b, length):
         raise ValueError(f"hidden {tuple(hidden.shape)}, targets {tuple(targets.shape)} and mask {tuple(mask.shape)} "
                          "must agree on [B, L]")
-    index = mask.reshape(-1).bool().nonzero().squeeze(1)
+    index = valid_index(mask) if index is None else index
     rows = hidden.reshape(b * length, hidden.shape[-1]).index_select(0, index)
     lp, ent = _ChunkedLogProbs.apply(rows, weight, bias, targets.reshape(-1).index_select(0, index),
                                      float(temperature), int(chunk_tokens), bool(with_entropy))

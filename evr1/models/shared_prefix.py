@@ -40,7 +40,13 @@ from transformers import PreTrainedModel
 from evr1.models.adapter import VisionLanguageAdapter
 from evr1.models.batch import ModelBatch, PromptInputs, to_device
 from evr1.models.positions import ROPE_KEYS, with_host_positions
-from evr1.models.runtime import check_temperature, chunked_token_log_probs, hidden_instead_of_logits, token_log_probs
+from evr1.models.runtime import (
+    check_temperature,
+    chunked_token_log_probs,
+    hidden_instead_of_logits,
+    token_log_probs,
+    valid_index,
+)
 
 PIXEL_KEYS = ("pixel_values", "pixel_values_videos")
 GRID_KEYS = ROPE_KEYS  # the grids `get_rope_index` reads
@@ -207,16 +213,18 @@ def response_log_probs_with_visual(
         with hidden_instead_of_logits(model) as head:
             hidden = model(**_model_inputs(batch, visual), logits_to_keep=lr + 1, use_cache=False).logits
         return chunked_token_log_probs(hidden[:, :-1, :], head.weight, batch.response_ids, batch.response_mask,
-                                       temperature, with_entropy, bias=head.bias, chunk_tokens=chunk_tokens)
+                                       temperature, with_entropy, bias=head.bias, chunk_tokens=chunk_tokens,
+                                       index=batch.response_index)
     out = model(**_model_inputs(batch, visual), logits_to_keep=lr + 1, use_cache=False)
     return token_log_probs(out.logits[:, :-1, :], batch.response_ids, batch.response_mask, temperature, with_entropy)
 
 
 def pad_responses(
     adapter: VisionLanguageAdapter, responses: Sequence[Sequence[int]], device: torch.device | str
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded response ids [n, Lr], attention [n, Lr] and response mask [n, Lr], by `collate`'s
-    rule: vision token ids inside a response become the pad id and are masked out of the loss."""
+    rule: vision token ids inside a response become the pad id and are masked out of the loss; and the
+    mask's flat valid positions (`runtime.valid_index`), made here on the host."""
     n, lr = len(responses), max((len(r) for r in responses), default=0)
     ids = torch.full((n, lr), adapter.pad_token_id, dtype=torch.long)
     attention = torch.zeros((n, lr), dtype=torch.long)
@@ -230,7 +238,7 @@ def pad_responses(
             attention[i, : len(r)] = 1
             mask[i, : len(r)] = ok.long()
     # Staged in pinned memory on an accelerator: no host wait for the device's queued work (`to_device`).
-    return tuple(to_device(t, device, non_blocking=True) for t in (ids, attention, mask))
+    return tuple(to_device(t, device, non_blocking=True) for t in (ids, attention, mask, valid_index(mask)))
 
 
 def _rope_delta(model: PreTrainedModel, prefix: ModelBatch) -> int | torch.Tensor:
@@ -336,12 +344,12 @@ def grouped_response_log_probs(
     prefix = with_host_positions(model, adapter.collate([prompt]))
     # Given features, the prompt's pixels are never made (the tower would not see them).
     prefix = (prefix.with_visual(visual) if visual is not None else prefix).to(device, dtype, non_blocking=True)
-    ids, attention, mask = pad_responses(adapter, responses, device)
+    ids, attention, mask, index = pad_responses(adapter, responses, device)
     with _cache_kept(model):
-        return _grouped(model, prefix, visual, ids, attention, mask, temperature, with_entropy, chunk_tokens)
+        return _grouped(model, prefix, visual, ids, attention, mask, temperature, with_entropy, chunk_tokens, index)
 
 
-def _grouped(model, prefix, visual, ids, attention, mask, temperature, with_entropy, chunk_tokens=None):
+def _grouped(model, prefix, visual, ids, attention, mask, temperature, with_entropy, chunk_tokens=None, index=None):
     """Two forwards, whatever the response lengths (FSDP2 ranks must issue the same collectives):
     the prompt with a cache, then the responses on the cache repeated n times. The response input is
     padded to at least two tokens, so no layer takes its single-token decode path (Qwen3.5's updates
@@ -354,7 +362,7 @@ def _grouped(model, prefix, visual, ids, attention, mask, temperature, with_entr
         hidden = _grouped_forwards(model, prefix, visual, ids, attention)
     # Read after the forwards: FSDP2 keeps the root unit (the head is in it) gathered until the backward.
     return chunked_token_log_probs(hidden, head.weight, ids, mask, temperature, with_entropy, bias=head.bias,
-                                   chunk_tokens=chunk_tokens)
+                                   chunk_tokens=chunk_tokens, index=index)
 
 
 def _grouped_forwards(model, prefix, visual, ids, attention) -> torch.Tensor:

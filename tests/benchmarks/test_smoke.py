@@ -238,7 +238,7 @@ def check_bench_async(out: str) -> None:
 def check_bench_step_syncs(out: str) -> None:
     """Issue 33 item 11: the step's own code waits for the device once per pass (log-probs: the copies; update:
     the grad norm per mini-batch and the metrics per step), copies nothing to it from pageable memory, and
-    the model's rope positions are worked out on the host."""
+    the model's rope positions and the chunked log-probs' valid positions are worked out on the host."""
     (row,) = _json_lines(out)
     for mode in ("shared", "unshared"):
         for name, allowed in (("log_probs", {"stream_sync (step)"}), ("update", {"__float__ (step)", "tolist (step)"})):
@@ -252,6 +252,9 @@ def check_bench_step_syncs(out: str) -> None:
             rope = {f for f in figures["waits_by_function"]
                     if "get_rope_index" in f or f.startswith(("packed.py:", "shared_prefix.py:_rope_delta"))}
             assert not rope, (mode, name, figures["waits_by_function"])
+            # Nor anywhere else in evr1's model code: the chunked log-probs take their valid positions
+            # from the host (`ModelBatch.response_index`, `pad_responses`) instead of a `nonzero` there.
+            assert figures["host_waits_per_micro_batch"]["evr1.models"] == 0, (mode, name, figures["waits_by_function"])
 
 
 CHECKS = {f"{name[len('check_'):]}.py": fn for name, fn in globals().items() if name.startswith("check_")}

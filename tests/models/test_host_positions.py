@@ -4,14 +4,13 @@ computes the same thing (issue 33, item 11)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 import torch
 
-from evr1.models import grouped_response_log_probs, response_log_probs
+from evr1.models import grouped_response_log_probs, response_log_probs, runtime
 from evr1.models import shared_prefix as shared_prefix_module
 from evr1.models.packed import (
+    host_prepared,
     packed_layout,
     packed_response_log_probs,
     supports_packing,
@@ -48,6 +47,29 @@ def test_host_positions_are_the_models_own(adapters, models, family):
 
 
 @pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_chunked_valid_positions_made_on_the_host(adapters, models, family, monkeypatch):
+    """The chunked log-probs take their valid response positions from the host (`response_index`, made
+    by `host_prepared`): the same log-probs, entropy and gradients as the `nonzero` on the device gives,
+    and that `nonzero` is not run."""
+    ad, model = adapters[family], models[family]
+    host = host_prepared(model, _batch(ad), packed=False)
+    assert torch.equal(host.response_index, host.response_mask.reshape(-1).bool().nonzero().squeeze(1))
+    results = []
+    for batch in (_batch(ad).to("cpu"), host.to("cpu")):
+        if batch.response_index is not None:
+            monkeypatch.setattr(runtime, "valid_index", lambda mask: pytest.fail("nonzero run on the device"))
+        model.zero_grad(set_to_none=True)
+        lp, ent = response_log_probs(model, batch, temperature=TEMPERATURE, with_entropy=True, chunk_tokens=3)
+        (lp.sum() + 0.01 * ent.sum()).backward()
+        results.append((lp.detach(), ent.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    model.zero_grad(set_to_none=True)
+    (before, ent_before, grads_before), (after, ent_after, grads_after) = results
+    assert torch.equal(before, after) and torch.equal(ent_before, ent_after) and before.abs().sum() > 0
+    assert grads_before.keys() == grads_after.keys()
+    assert all(torch.equal(grads_before[n], grads_after[n]) for n in grads_before)
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_text_only_batch_keeps_the_models_positions(adapters, models, family):
     """Without grids the model's positions are `arange`, not the mask's cumsum: nothing is precomputed."""
     ad, model = adapters[family], models[family]
@@ -58,8 +80,9 @@ def test_text_only_batch_keeps_the_models_positions(adapters, models, family):
 @pytest.mark.parametrize("family", PACKED)
 def test_packed_layout_made_on_the_host(adapters, models, family):
     ad, model = adapters[family], models[family]
-    host = with_host_positions(model, _batch(ad))
-    laid = replace(host, packed=packed_layout(model, host)).to("cpu")
+    laid = host_prepared(model, _batch(ad), packed=True)
+    assert torch.equal(laid.packed.keep, packed_layout(model, with_host_positions(model, _batch(ad))).keep)
+    laid = laid.to("cpu")
     plain = _batch(ad).to("cpu")
     with torch.no_grad():
         ref, ref_ent = packed_response_log_probs(model, plain, temperature=TEMPERATURE, with_entropy=True)
