@@ -101,9 +101,10 @@ def packed_layout(model: PreTrainedModel, batch: ModelBatch) -> PackedLayout:
 
 
 def host_prepared(model: PreTrainedModel, batch: ModelBatch, *, packed: bool) -> ModelBatch:
-    """`batch`, still on the host, with its rope positions (`positions.with_host_positions`) and, for the
-    packed pass, its packed layout worked out there: the forward then runs none of `get_rope_index`'s
-    loops, each of which would make the host wait for the device (issue 33)."""
+    """`batch`, still on the host, with its rope positions (`positions.with_host_positions`), its valid
+    response positions (`response_index`, for the chunked log-probs) and, for the packed pass, its packed
+    layout worked out there: the forward then runs none of `get_rope_index`'s loops nor a `nonzero`,
+    each of which would make the host wait for the device (issue 33)."""
     batch = replace(with_host_positions(model, batch), response_index=valid_index(batch.response_mask))
     return replace(batch, packed=packed_layout(model, batch)) if packed else batch
 
