@@ -57,7 +57,8 @@ def training_fingerprint(cfg: Config, samples: StageResult, frames: StageResult,
     data = cfg.model_dump(mode="json")
     trainer = {k: v for k, v in data["trainer"].items()
                if k not in ("steps", "save_every", "keep_last", "resume", "val_every", "val_limit",
-                            "collective_timeout_s")}
+                            "collective_timeout_s")
+               and not (k == "init_from" and v is None)}  # unset, it leaves every earlier run's folder name as it was
     sections = {k: data[k] for k in ("algorithm", "rollout", "reward", "model", "cache")}
     return short_hash(sections, trainer, cfg.run.seed, samples.content_hash, frames.content_hash, model.content_hash)
 

@@ -53,3 +53,25 @@ def test_an_evaluation_with_failed_items_is_run_again_by_the_next_flow_run(tmp_p
         f.write(json.dumps({"id": "b", "score": 0.0}) + "\n")  # the retry succeeded
     assert key() == failed  # the retry's result (cached under this key) is served from then on
     assert key() != fresh   # never the first result, which still had the failure
+
+
+def test_checkpoint_fingerprint_and_init_from(tmp_path):
+    """The checkpoint folder's name (`training_fingerprint`): a fork (`trainer.init_from`) trains in a
+    folder of its own, per origin; unset, the option is not in the name at all, so adding it did not
+    rename (and so orphan) any earlier run's checkpoints; steps stay out so raising them continues."""
+    from evr1.pipeline import training_fingerprint
+    from evr1.pipeline.keys import short_hash
+
+    up = [StageResult(stage=s, uri="u", content_hash=s) for s in ("ingest", "cache", "model")]
+    cfg = load_config(ROOT / "conf/tiny.yaml", [f"run.root={tmp_path}"])
+    plain = training_fingerprint(cfg, *up)
+    assert plain == training_fingerprint(load_config(ROOT / "conf/tiny.yaml", [f"run.root={tmp_path}", "trainer.steps=99"]), *up)
+    forks = {training_fingerprint(load_config(ROOT / "conf/tiny.yaml", [f"run.root={tmp_path}", f"trainer.init_from={p}"]), *up)
+             for p in ("a/step_000300", "b/step_000300")}
+    assert len(forks) == 2 and plain not in forks
+    # The name as it was computed before the option existed: the same sections, the trainer without it.
+    data = cfg.model_dump(mode="json")
+    trainer = {k: v for k, v in data["trainer"].items() if k not in ("steps", "save_every", "keep_last", "resume", "val_every",
+                                                                     "val_limit", "collective_timeout_s", "init_from")}
+    sections = {k: data[k] for k in ("algorithm", "rollout", "reward", "model", "cache")}
+    assert plain == short_hash(sections, trainer, cfg.run.seed, "ingest", "cache", "model")
