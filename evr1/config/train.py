@@ -276,8 +276,12 @@ class TrainerConfig(Section):
     betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float = Field(1.0, gt=0.0)
     lr_warmup_steps: int = Field(0, ge=0)
-    lr_schedule: Literal["constant", "cosine"] = "constant"
-    min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0)
+    lr_schedule: Literal["constant", "cosine", "step"] = "constant"
+    min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0)  # cosine: the floor, × lr
+    # step: lr × lr_gamma^k after the k-th of these RL steps (absolute, so a continued run keeps them);
+    # e.g. [450] and 0.3 for a third of the rate from step 451 (docs/learning.md: what broke a run at 1e-3).
+    lr_milestones: list[int] = Field(default_factory=list)
+    lr_gamma: float = Field(0.1, gt=0.0, le=1.0)
     # Greedy validation on the held-out split every N steps (0: never), logged as val/* metrics.
     val_every: int = Field(0, ge=0)
     val_limit: int = Field(64, ge=1)
@@ -331,3 +335,11 @@ class TrainerConfig(Section):
     # config to `steps` (to rewind before a loss spike and go on with a lower lr, or fork a setting).
     # The path is part of the checkpoint fingerprint; once the fork has saved, it resumes from its own.
     init_from: str | None = None
+
+    @model_validator(mode="after")
+    def _step_schedule(self) -> "TrainerConfig":
+        if self.lr_schedule == "step" and not self.lr_milestones:
+            raise ValueError("trainer.lr_schedule=step needs trainer.lr_milestones (the RL steps after which lr × lr_gamma)")
+        if sorted(set(self.lr_milestones)) != list(self.lr_milestones) or any(m < 1 for m in self.lr_milestones):
+            raise ValueError(f"trainer.lr_milestones={self.lr_milestones}: expected increasing RL steps ≥ 1")
+        return self

@@ -51,6 +51,11 @@ def stage_key(stage: str, cfg: Config, upstream: list[StageResult], extra: objec
                  lineage.code_version(stage))
 
 
+# Trainer options added after runs were saved: left out of the name while at these defaults, so adding
+# one renames (and so orphans) no earlier run's checkpoints.
+LATER_OPTIONS = {"init_from": None, "lr_milestones": [], "lr_gamma": 0.1}
+
+
 def training_fingerprint(cfg: Config, samples: StageResult, frames: StageResult, model: StageResult) -> str:
     """Names the checkpoint folder: what shapes the weights. Steps, saving and validation settings are
     left out, so raising `trainer.steps` continues the same run instead of starting over."""
@@ -58,7 +63,7 @@ def training_fingerprint(cfg: Config, samples: StageResult, frames: StageResult,
     trainer = {k: v for k, v in data["trainer"].items()
                if k not in ("steps", "save_every", "keep_last", "resume", "val_every", "val_limit",
                             "collective_timeout_s")
-               and not (k == "init_from" and v is None)}  # unset, it leaves every earlier run's folder name as it was
+               and not (k in LATER_OPTIONS and v == LATER_OPTIONS[k])}
     sections = {k: data[k] for k in ("algorithm", "rollout", "reward", "model", "cache")}
     return short_hash(sections, trainer, cfg.run.seed, samples.content_hash, frames.content_hash, model.content_hash)
 

@@ -142,7 +142,7 @@ def one_step(cfg, cluster: ActorGroup, source: PromptSource, adapter, score, ste
         for s in shards:
             s.update_calls = calls
     lr = lr_at(step, base=t.lr, total=t.steps, warmup=t.lr_warmup_steps, schedule=t.lr_schedule,
-               min_ratio=t.min_lr_ratio)
+               min_ratio=t.min_lr_ratio, milestones=t.lr_milestones, gamma=t.lr_gamma)
     rank_metrics = cluster.each_shard("step", shards, lr, step)
     t_update = time.perf_counter()
     per_response = [m.pop("rows") for m in rank_metrics]  # in batch order: shards are contiguous

@@ -69,9 +69,13 @@ def test_checkpoint_fingerprint_and_init_from(tmp_path):
     forks = {training_fingerprint(load_config(ROOT / "conf/tiny.yaml", [f"run.root={tmp_path}", f"trainer.init_from={p}"]), *up)
              for p in ("a/step_000300", "b/step_000300")}
     assert len(forks) == 2 and plain not in forks
+    step = load_config(ROOT / "conf/tiny.yaml", [f"run.root={tmp_path}", "trainer.lr_schedule=step",
+                                                 "trainer.lr_milestones=[2]"])
+    assert training_fingerprint(step, *up) != plain  # set, the later options do shape the weights
     # The name as it was computed before the option existed: the same sections, the trainer without it.
     data = cfg.model_dump(mode="json")
     trainer = {k: v for k, v in data["trainer"].items() if k not in ("steps", "save_every", "keep_last", "resume", "val_every",
-                                                                     "val_limit", "collective_timeout_s", "init_from")}
+                                                                     "val_limit", "collective_timeout_s", "init_from",
+                                                                     "lr_milestones", "lr_gamma")}
     sections = {k: data[k] for k in ("algorithm", "rollout", "reward", "model", "cache")}
     assert plain == short_hash(sections, trainer, cfg.run.seed, "ingest", "cache", "model")
