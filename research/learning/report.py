@@ -3,8 +3,9 @@
     .venv/bin/python -m research.learning.report runs/learning runs/learning-offline --out docs/learning.png
 
 Each argument is a run folder (`run.root/run.name`) whose `mlflow.db` holds an `evr1 run`; the newest
-`train` stage run is read. Prints, per run, the validation curve and the figures research.learning.run
-reports (accuracy before RL, steps and seconds to the target).
+`train` stage run is read. A fork (`trainer.init_from`) is read with its origins: the steps up to each
+fork point come from the run that trained them (`lineage`). Prints, per run, the validation curve and
+the figures research.learning.run reports (accuracy before RL, steps and seconds to the target).
 """
 
 from __future__ import annotations
@@ -35,12 +36,43 @@ def stage_run(run_dir: Path, stage: str):
     return runs[0]
 
 
+FORK_TAG = "evr1.in.forked_from"  # the checkpoint a fork (`trainer.init_from`) started from
+
+
+def lineage(run_dir: Path) -> list[tuple[Path, object, int | None]]:
+    """(run folder, train run, last step it contributes) from the oldest origin to the newest train run
+    of `run_dir`: a fork's steps up to its checkpoint are its origin's, found through the checkpoint
+    folder's `mlflow_train_run.json` (the train run that wrote it; the origin folder may hold other
+    forks' train runs since)."""
+    chain: list[tuple[Path, object, int | None]] = [(run_dir, stage_run(run_dir, "train"), None)]
+    # The tag is set when the train stage ends; a fork killed before that has only its config's param.
+    while origin := chain[0][1].data.tags.get(FORK_TAG) or chain[0][1].data.params.get("trainer.init_from"):
+        ckpt = Path(origin)
+        if not (ckpt / "trainer_state.json").exists():  # a run's checkpoint folder: its newest at the time
+            from evr1.train.checkpoint import resolve
+
+            ckpt = resolve(ckpt)
+        folder = ckpt.parents[2]  # <run folder>/checkpoints/<fingerprint>/step_N
+        written_by = json.loads((ckpt.parent / "mlflow_train_run.json").read_text())
+        run_id = next(iter(written_by.values()))
+        step = json.loads((ckpt / "trainer_state.json").read_text())["step"]
+        chain.insert(0, (folder, _client(folder).get_run(run_id), step))
+    return chain
+
+
 def curve(run_dir: Path, key: str) -> list[tuple[int, float, float]]:
-    """(step, value, seconds since the train stage started) of one metric of the newest train run."""
-    run = stage_run(run_dir, "train")
-    start = run.info.start_time
-    history = _client(run_dir).get_metric_history(run.info.run_id, key)
-    return sorted((m.step, m.value, (m.timestamp - start) / 1000) for m in history)
+    """(step, value, seconds of training) of one metric of the newest train run, a fork's origins'
+    steps first. Seconds run on across a fork: each origin's time to its fork point is added."""
+    points: list[tuple[int, float, float]] = []
+    offset = 0.0
+    for folder, run, upto in lineage(run_dir):
+        start = run.info.start_time
+        history = sorted((m.step, m.value, (m.timestamp - start) / 1000)
+                         for m in _client(folder).get_metric_history(run.info.run_id, key))
+        done = points[-1][0] if points else -1
+        points.extend((s, v, t + offset) for s, v, t in history if s > done and (upto is None or s <= upto))
+        offset = points[-1][2] if points else offset
+    return points
 
 
 def validation(run_dir: Path) -> dict[str, list[tuple[int, float, float]]]:
@@ -77,9 +109,13 @@ def train_wall_s(run_dir: Path) -> float:
 
 def rl_steps_s(run_dir: Path, upto: int | None = None) -> float:
     """The RL steps' own time (`time/step_s` summed, to step `upto` when given): no warm-up, validation,
-    start-up, nor any gap between a run and its resume."""
-    history = _client(run_dir).get_metric_history(stage_run(run_dir, "train").info.run_id, "time/step_s")
-    latest = {m.step: m.value for m in sorted(history, key=lambda m: m.timestamp)}  # a retried step: its last
+    start-up, nor any gap between a run and its resume; a fork's steps before its fork point are its
+    origin's."""
+    latest: dict[int, float] = {}
+    for folder, run, until in lineage(run_dir):
+        history = _client(folder).get_metric_history(run.info.run_id, "time/step_s")
+        mine = {m.step: m.value for m in sorted(history, key=lambda m: m.timestamp)}  # a retried step: its last
+        latest.update({s: v for s, v in mine.items() if until is None or s <= until})
     return float(sum(v for step, v in latest.items() if upto is None or step <= upto))
 
 

@@ -4,6 +4,7 @@
     .venv/bin/python -m research.learning.run --seeds 0 --steps 300  # one shorter run
     .venv/bin/python -m research.learning.run --offline              # also RL with demonstrations (reported apart)
     .venv/bin/python -m research.learning.run --skip-runs            # re-read finished runs, redraw the plot
+    .venv/bin/python -m research.learning.run --root runs/i34f --name 's{seed}-450-lr3e-4' --skip-runs  # forks
 
 Each seed runs `evr1 run conf/learning.yaml run.seed=S model.tiny.seed=S` through the real pipeline
 (ingest, frame cache, Ray, FSDP2 on 2 ranks, merge, eval): a different random model and a different
@@ -140,6 +141,9 @@ def main() -> None:
                         help="one more override for every run (repeat)")
     parser.add_argument("--offline", action="store_true", help="also RL with demonstrations (seed 0), reported apart")
     parser.add_argument("--skip-runs", action="store_true", help="only read back finished runs")
+    parser.add_argument("--name", default="learning-s{seed}",
+                        help="each seed's run folder name under --root (e.g. s{seed}-450-lr3e-4 for forks, "
+                             "read with their origins)")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "learning.png")
     parser.add_argument("--target", type=float, default=0.8)
     args = parser.parse_args()
@@ -147,15 +151,15 @@ def main() -> None:
     common = [*([f"trainer.steps={args.steps}"] if args.steps else []), *args.extra]
     dirs: dict[str, Path] = {}
     for seed in args.seeds:
-        name = f"learning-s{seed}"
+        name = args.name.format(seed=seed)
         overrides = [f"run.seed={seed}", f"model.tiny.seed={seed}", *common]
         dirs[name] = args.root / name if args.skip_runs else run(name, args.root, overrides, args.config)
     if args.offline:
         dirs["learning-offline"] = (args.root / "learning-offline" if args.skip_runs
                                     else run("learning-offline", args.root, ["run.seed=0", "model.tiny.seed=0", *OFFLINE, *common],
                                              args.config))
-    per_seed = {seed: run_figures(dirs[f"learning-s{seed}"], args.target) for seed in args.seeds}
-    first = dirs[f"learning-s{args.seeds[0]}"]
+    per_seed = {seed: run_figures(dirs[args.name.format(seed=seed)], args.target) for seed in args.seeds}
+    first = dirs[args.name.format(seed=args.seeds[0])]
     line = {**aggregate(per_seed),
             "answer_floors_test": learning_report.answer_floors(learning_report.test_rows(first)),
             "per_seed": {str(s): {k: r[k] for k in ("test", "heldout_at", "heldout_accuracy_before_rl_by_family",
