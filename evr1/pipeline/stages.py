@@ -191,7 +191,7 @@ def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: S
     (the Prefect task makes table artifacts of them)."""
     from evr1.data.ingest import read_samples
     from evr1.rewards.sandbox import allow_unjudgeable_tests, allow_unsandboxed
-    from evr1.train.trainer import train
+    from evr1.train.trainer import starting_point, train
 
     allow_unsandboxed(cfg.reward.allow_unsandboxed_code)  # code rewards: refuse without bubblewrap unless set
     allow_unjudgeable_tests(cfg.reward.allow_unjudgeable_tests)  # and tests a policy could forge a pass for
@@ -211,6 +211,9 @@ def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: S
     with tr.stage("train", params={"samples": len(rows), "excluded_undecodable": len(undecodable), **flat_params(cfg)},
                   run_id=continued):
         remember_train_run(out_dir, tr)
+        forked = starting_point(cfg, out_dir)[1]
+        if forked is not None:  # tagged now: a fork killed before its first save still names its origin
+            tag_stage(tr, cfg, "train", in_forked_from=forked)
         if continued and tr.enabled and tr.parent_run_id:
             # This flow run continues an earlier one's training: its parent links to the run with the curve.
             tr.client.set_tag(tr.parent_run_id, "evr1.continues_train_run", continued)
@@ -245,8 +248,7 @@ def stage_train(cfg: Config, samples: StageResult, frames: StageResult, model: S
         tr.log_dict({"history": result.history}, "train_history.json")
         tag_stage(tr, cfg, "train", in_samples_uri=samples.uri, in_samples_version=samples.version,
                  in_frames_uri=frames.uri, in_frames_version=frames.version, in_model=model.uri,
-                 out_checkpoint=result.checkpoint, out_step=result.steps,
-                 **({"in_forked_from": result.forked_from} if result.forked_from else {}))
+                 out_checkpoint=result.checkpoint, out_step=result.steps)
         _plot_training(tr, result.history, before_rl=result.before_rl or tr.logged_at_step(0, "val/"),
                        warmup=warmup, chance_rows=val_rows[: cfg.trainer.val_limit] if val_rows else rows)
     final = result.final_metrics

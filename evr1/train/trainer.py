@@ -64,6 +64,15 @@ def _scorer(cfg: Config) -> Callable[[list[str], list[dict]], tuple[list[dict], 
     return score
 
 
+def starting_point(cfg: Config, out_dir: Path) -> tuple[Path | None, Path | None]:
+    """(the run's own newest checkpoint, the checkpoint a fork starts from): a fork
+    (`trainer.init_from`) starts where another run's checkpoint stands, until it has one of its own.
+    Without `trainer.resume` the run's own checkpoints do not count (`train` clears them)."""
+    own = ckpt_io.latest_checkpoint(out_dir) if cfg.trainer.resume else None
+    init = cfg.trainer.init_from
+    return own, (ckpt_io.resolve(Path(init)) if init and own is None else None)
+
+
 def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir: Path, out_dir: Path,
           log_metrics: Callable[[dict, int], None] = lambda m, s: None,
           val_samples: list[dict] | None = None, log_table: TableSink | None = None) -> TrainResult:
@@ -74,10 +83,8 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     if not t.resume:
         ckpt_io.clear(out_dir)  # asked not to resume: an older run's checkpoints must not mix with this one's
-    resume_from = ckpt_io.latest_checkpoint(out_dir)
-    # A fork (`trainer.init_from`) starts where another run's checkpoint stands, until it has one of its own.
-    forked = ckpt_io.resolve(Path(t.init_from)) if t.init_from and resume_from is None else None
-    resume_from = resume_from or forked
+    own, forked = starting_point(cfg, out_dir)
+    resume_from = own or forked
     state = ckpt_io.read_state(resume_from) if resume_from else {"step": 0, "cursor": {}, "history": []}
     if forked is not None and state["step"] >= t.steps:
         raise ValueError(f"trainer.init_from={t.init_from}: that checkpoint is at step {state['step']}, "

@@ -47,7 +47,7 @@ def run(tmp_path_factory):
     exp = client.get_experiment_by_name(tr.experiment)
     (train_run,) = client.search_runs([exp.experiment_id], "tags.`evr1.stage` = 'train'")
     return {"records": records, "model": Path(model.uri), "run": train_run, "client": client, "tmp": tmp,
-            "result": result, "heldout": d["heldout"]}
+            "result": result, "heldout": d["heldout"], "cfg": cfg, "stages": (samples, frames, model)}
 
 
 def _table(run, name: str) -> list[dict]:
@@ -100,3 +100,18 @@ def test_which_samples_get_their_trajectory_is_reproducible():
     assert all(offline.chosen(i, seed=0, step=1, ratio=1.0) for i in ids[:10])
     assert offline.trajectory({"extra": {"has_offline_trajectory": True, "t": " "}}, "t") is None
     assert offline.trajectory({"extra": '{"has_offline_trajectory": true, "t": "ok"}'}, "t") == "ok"
+
+
+@pytest.mark.slow
+def test_a_fork_names_its_origin_in_mlflow(run):
+    """`trainer.init_from` through the train stage: the fork trains one step more in a checkpoint folder
+    of its own, and its MLflow train run names the checkpoint it started from."""
+    origin = Path(run["result"].uri)
+    cfg = run["cfg"]
+    fork = cfg.model_copy(update={"trainer": cfg.trainer.model_copy(update={"steps": 2, "init_from": str(origin)})})
+    result = pipeline.stage_train(fork, *run["stages"])
+    assert result.version == 2 and result.extra["forked_from"] == str(origin)
+    assert Path(result.uri).parent != origin.parent and origin.exists()
+    exp = run["client"].get_experiment_by_name(pipeline.tracker(cfg).experiment)
+    (forked,) = run["client"].search_runs([exp.experiment_id], f"tags.`evr1.in.forked_from` = '{origin}'")
+    assert forked.info.run_id != run["run"].info.run_id and forked.data.params["trainer.init_from"] == str(origin)

@@ -11,10 +11,10 @@ import torch.distributed.checkpoint as dcp
 
 from evr1 import pipeline
 from evr1.config import load_config
-from evr1.data.ingest import read_samples
 from evr1.config.preflight import preflight
+from evr1.data.ingest import read_samples
 from evr1.train.checkpoint import latest_checkpoint, read_state, resolve
-from evr1.train.trainer import train
+from evr1.train.trainer import starting_point, train
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -111,3 +111,23 @@ def test_fork_refuses_what_it_cannot_start_from(tmp_path):
     late = load_config(ROOT / "conf/tiny.yaml", [f"run.root={tmp_path}", f"trainer.init_from={step}", "trainer.steps=3"])
     with pytest.raises(ValueError, match=r"at step 3, trainer.steps=3: nothing to train"):
         train(late, samples=[], frames_uri=None, model_dir=tmp_path, out_dir=tmp_path / "out")
+
+
+def test_starting_point_prefers_the_runs_own_checkpoint(tmp_path):
+    """A fork starts from its origin until it has saved; then it resumes from its own, unless told not
+    to resume (then the origin again). The flow tags the train run with the origin before training."""
+    def state(folder: Path, step: int) -> Path:
+        folder.mkdir(parents=True)
+        (folder / "trainer_state.json").write_text(f'{{"step": {step}, "cursor": {{}}, "history": []}}')
+        return folder
+
+    origin = state(tmp_path / "origin" / "step_000300", 300)
+    out = tmp_path / "fork"
+    out.mkdir()
+    fork = load_config(ROOT / "conf/tiny.yaml", [f"trainer.init_from={origin.parent}"])
+    assert starting_point(fork, out) == (None, origin)
+    own = state(out / "step_000350", 350)
+    assert starting_point(fork, out) == (own, None)
+    fresh = load_config(ROOT / "conf/tiny.yaml", [f"trainer.init_from={origin}", "trainer.resume=false"])
+    assert starting_point(fresh, out) == (None, origin)
+    assert starting_point(load_config(ROOT / "conf/tiny.yaml", []), out) == (own, None)
