@@ -6,9 +6,12 @@ Chunked (`runtime.chunked_token_log_probs`): the head applied to `--chunk` valid
 nothing [·, V] saved for the backward. Each variant runs in its own process, forward + backward (the update)
 and forward alone under no_grad (the old/reference log-prob pass); the figure is the process's peak
 resident memory above what it held before the pass (VmHWM reset through /proc/self/clear_refs). CPU, fp32.
+`--device cuda`: the same passes on the GPU with bf16 hidden states and head (as under the mixed-precision
+policy), the figure being the CUDA allocator's peak above what it held before the pass.
 
     python benchmarks/bench_logprob_memory.py                    # one JSON line
     python benchmarks/bench_logprob_memory.py --length 2048 --chunk 512
+    python benchmarks/bench_logprob_memory.py --device cuda --hidden 3584 --length 8192 --rows 4
 """
 
 from __future__ import annotations
@@ -48,14 +51,21 @@ def run_one(args) -> dict:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    cuda = args.device == "cuda"
+    dtype = torch.bfloat16 if cuda else torch.float32
     lengths = [args.length] + [max(1, int(args.length * args.short))] * (args.rows - 1)
     b, lr, v, h = len(lengths), args.length, args.vocab, args.hidden
-    hidden = torch.randn(b, lr, h).requires_grad_(args.mode == "train")
-    weight = (torch.randn(v, h) / h ** 0.5).requires_grad_(args.mode == "train")
-    targets = torch.randint(0, v, (b, lr))
-    mask = torch.arange(lr)[None, :] < torch.tensor(lengths)[:, None]
-    baseline = _rss_kib("VmRSS")
-    exact_peak = _reset_peak()
+    hidden = torch.randn(b, lr, h, device=args.device, dtype=dtype).requires_grad_(args.mode == "train")
+    weight = (torch.randn(v, h, device=args.device) / h ** 0.5).to(dtype).requires_grad_(args.mode == "train")
+    targets = torch.randint(0, v, (b, lr), device=args.device)
+    mask = torch.arange(lr, device=args.device)[None, :] < torch.tensor(lengths, device=args.device)[:, None]
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        baseline, exact_peak = torch.cuda.memory_allocated(), True
+    else:
+        baseline = _rss_kib("VmRSS")
+        exact_peak = _reset_peak()
     start = time.perf_counter()
     with torch.set_grad_enabled(args.mode == "train"):
         if args.variant == "today":
@@ -65,9 +75,15 @@ def run_one(args) -> dict:
                                               chunk_tokens=args.chunk)
         if args.mode == "train":
             (-(lp.sum()) - 0.01 * ent.sum()).backward()
-    seconds = time.perf_counter() - start
-    peak = _rss_kib("VmHWM") if exact_peak else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"peak_mib": round((peak - baseline) / 1024, 1), "seconds": round(seconds, 2),
+    if cuda:
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+        peak_mib = (torch.cuda.max_memory_allocated() - baseline) / 2**20
+    else:
+        seconds = time.perf_counter() - start
+        peak = _rss_kib("VmHWM") if exact_peak else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peak_mib = (peak - baseline) / 1024
+    return {"peak_mib": round(peak_mib, 1), "seconds": round(seconds, 3),
             "checksum": round(float(lp.sum() + ent.sum()), 3), "exact_peak": exact_peak}
 
 
@@ -81,6 +97,7 @@ def main() -> None:
     p.add_argument("--chunk", type=int, default=256, help="valid tokens per chunk")
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda: bf16 inputs, the CUDA allocator's peak")
     p.add_argument("--variant", choices=["today", "chunked"], help=argparse.SUPPRESS)
     p.add_argument("--mode", choices=["train", "score"], help=argparse.SUPPRESS)
     p.add_argument("--smoke", action="store_true", help="seconds-long run at tiny sizes (CI): the same four passes")
@@ -95,13 +112,13 @@ def main() -> None:
         for variant in ("today", "chunked"):
             cmd = [sys.executable, __file__, "--variant", variant, "--mode", mode] + [
                 f"--{k}={getattr(args, k)}" for k in ("vocab", "hidden", "length", "rows", "short", "chunk",
-                                                      "temperature", "threads")]
+                                                      "temperature", "threads", "device")]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT,
-                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
+                                 env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
             results[f"{mode}_{variant}"] = json.loads(out.stdout.strip().splitlines()[-1])
     lengths = [args.length] + [max(1, int(args.length * args.short))] * (args.rows - 1)
     summary = {
-        "bench": "logprob_memory", "smoke": args.smoke, "device": "cpu", "dtype": "float32", "vocab": args.vocab, "hidden": args.hidden,
+        "bench": "logprob_memory", "smoke": args.smoke, "device": args.device, "dtype": "bfloat16" if args.device == "cuda" else "float32", "vocab": args.vocab, "hidden": args.hidden,
         "rows": args.rows, "response_length": args.length, "valid_tokens": sum(lengths),
         "padded_positions": args.rows * args.length, "chunk_tokens": args.chunk,
         **{f"{k}_peak_mib": r["peak_mib"] for k, r in results.items()},

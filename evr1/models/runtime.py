@@ -9,6 +9,7 @@ from os import PathLike
 import torch
 from transformers import AutoModelForImageTextToText, PreTrainedModel
 
+from evr1.models.vision_attention import use_varlen_vision_attention
 from evr1.models.adapter import ModelBatch
 
 
@@ -51,10 +52,12 @@ def configured_dtype(model_config: object, device: str | torch.device | None) ->
 def load_model(
     model_dir: str | PathLike, *, dtype: torch.dtype | str = torch.float32, attn_implementation: str = "sdpa"
 ) -> PreTrainedModel:
-    """The checkpoint as `AutoModelForImageTextToText`, in eval mode."""
+    """The checkpoint as `AutoModelForImageTextToText`, in eval mode; under sdpa, its vision tower
+    attends to all its windows in one call (`vision_attention.use_varlen_vision_attention`)."""
     model = AutoModelForImageTextToText.from_pretrained(
         str(model_dir), dtype=as_dtype(dtype), attn_implementation=attn_implementation
     )
+    use_varlen_vision_attention(model)
     return model.eval()
 
 

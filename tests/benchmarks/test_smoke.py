@@ -199,6 +199,17 @@ def check_gpu_smoke(out: str) -> None:
     assert family["perf/tokens_per_s_per_device"] > 0 and family["plan_total_gib"] > 0  # the GPU run's figures
 
 
+def check_gpu_bare(out: str) -> None:
+    rows = _json_lines(out)
+    assert _one(rows, ok=True)
+    parts = {k: v for r in rows for k, v in r.items() if k != "ok"}
+    assert set(parts) == {"env", "positions", "logprob_memory", "train"}, parts
+    assert all(v["ok"] for v in parts.values()), parts
+    assert parts["env"]["attention_ok"] and parts["positions"]["same_positions"], parts
+    train = parts["train"]
+    assert train["update_tokens_per_s"] > 0 and train["plan_total_gib"] >= 0 and train["sequence_tokens"] > 0, train
+
+
 def check_any(out: str) -> None:
     """A benchmark without a checker of its own: its JSON line(s) or Markdown table."""
     assert _json_lines(out) or _table(out), "no JSON line and no Markdown table in the output"

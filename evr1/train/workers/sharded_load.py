@@ -23,6 +23,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from transformers import AutoConfig, AutoModelForImageTextToText
 
 from evr1.models import load_model
+from evr1.models.vision_attention import use_varlen_vision_attention
 
 
 def build_sharded(model_dir: str | Path, *, rank: int, dtype: torch.dtype, attn_implementation: str, device: str,
@@ -42,6 +43,7 @@ def build_sharded(model_dir: str | Path, *, rank: int, dtype: torch.dtype, attn_
     config = AutoConfig.from_pretrained(str(model_dir))
     with torch.device("meta"):
         model = AutoModelForImageTextToText.from_config(config, dtype=dtype, attn_implementation=attn_implementation)
+    use_varlen_vision_attention(model)  # as `load_model` does: the tower's windows in one call
     prepare(model)
     shard(model)
     model.to_empty(device=device)
