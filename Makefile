@@ -92,6 +92,13 @@ GPU_CHECK_ARGS ?=
 gpu-check:
 	PYTHONPATH=$(CURDIR) $(GPU_PY) benchmarks/gpu_smoke.py --json gpu_check.json --out gpu_check.md $(GPU_CHECK_ARGS)
 
+# The trainer's compute alone on any CUDA node with torch (no vLLM, Ray, Lance or flash-attn): bf16
+# positions, log-prob memory, a 1.87 B update against `evr1 plan`, the vision-attention profile
+# (benchmarks/gpu_bare.py; docs/gpu-cluster.md "Check a bare GPU node"; ran on an H200, docs/performance.md).
+.PHONY: gpu-bare
+gpu-bare:
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PY) benchmarks/gpu_bare.py --json gpu_bare.json
+
 # The same driver and checks on the CPU (HF engine, tiny model, smallest sizes): what CI runs
 # (tests/benchmarks/test_smoke.py runs gpu_smoke.py --smoke), in about two minutes.
 gpu-check-cpu: $(STAMP)

@@ -203,11 +203,16 @@ def check_gpu_bare(out: str) -> None:
     rows = _json_lines(out)
     assert _one(rows, ok=True)
     parts = {k: v for r in rows for k, v in r.items() if k != "ok"}
-    assert set(parts) == {"env", "positions", "logprob_memory", "train"}, parts
+    assert set(parts) == {"env", "positions", "logprob_memory", "train", "profile"}, parts
     assert all(v["ok"] for v in parts.values()), parts
     assert parts["env"]["attention_ok"] and parts["positions"]["same_positions"], parts
     train = parts["train"]
     assert train["update_tokens_per_s"] > 0 and train["plan_total_gib"] >= 0 and train["sequence_tokens"] > 0, train
+    profile = parts["profile"]  # both vision-attention paths timed, split into the tower, the decoder and the rest
+    for path in ("per_window", "varlen"):
+        split = profile[path]
+        assert split["update_s"] > 0 and split["vision_forward_s"] > 0 and split["decoder_forward_s"] > 0, profile
+    assert profile["vision_attention_speedup"] > 0 and profile["top_cpu_ops [name, calls, s]"], profile
 
 
 def check_any(out: str) -> None:
