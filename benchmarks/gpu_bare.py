@@ -24,6 +24,7 @@ the library's own functions, each part in a process of its own, every figure in 
 
     python benchmarks/gpu_bare.py --json gpu_bare.json        # on a GPU node
     python benchmarks/gpu_bare.py --cpu --json out.json       # the same parts at tiny sizes (CI: --smoke)
+    python benchmarks/gpu_bare.py --cpu --full-video --parts profile   # the profile at the real video, on the CPU
 
 `--cpu` runs every part on the CPU at the smallest sizes (gloo instead of NCCL, fp32 compute except
 part 2, which applies the CUDA policy on the CPU as its test does): its figures mean nothing; it keeps
@@ -51,7 +52,7 @@ PARTS = ("env", "positions", "logprob_memory", "train", "profile")
 SIZES = {
     "2b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
                num_key_value_heads=2, vision_depth=32, vision_hidden_size=1280, vision_heads=16),
-    "tiny": {},
+    "tiny": dict(vision_depth=2),  # a window block and a full-attention block, as in the real tower
 }
 PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12}
 FAMILY = "qwen2_5_vl"
@@ -108,11 +109,10 @@ def part_positions(args) -> dict:
     import torch
     import torch.distributed as dist
 
-    from evr1.models import grouped_response_log_probs, load_adapter, load_model, make_tiny, response_log_probs
-    from evr1.models.packed import packed_response_log_probs
+    from evr1.models import load_adapter, load_model, make_tiny
     from evr1.train.workers.precision import precision
     from evr1.train.workers.sharded_load import shard_model
-    from tests.models.conftest import make_clip
+    from tests.models.conftest import make_clip, positions_of_each_pass
 
     mesh = _dist(args.device)
     model_dir = make_tiny(FAMILY, args.workdir / "positions-model", seed=0)
@@ -120,34 +120,11 @@ def part_positions(args) -> dict:
     model = load_model(model_dir).to(args.device).train()
     prec = precision("bfloat16", "cuda")  # the CUDA policy (on the CPU too, as its test does)
     shard_model(model, mesh, prec.policy)
-    seen: list = []
-    model.model.language_model.register_forward_pre_hook(
-        lambda m, a, kw: seen.append(kw["position_ids"][-3:].detach().cpu().clone()), with_kwargs=True)
     clip = make_clip(ad.family.factor, t=16, h_blocks=1, w_blocks=2, fps=4.004, indices=list(range(16)), total=16, seed=1)
     prompt = ad.encode_prompt("<video> What happens?", videos=[clip])
     responses = [[20, 21, 22, 23, 24], [30, 31, 32]]
     batch = ad.collate([prompt] * len(responses), responses).to(args.device, dtype=prec.compute)
-    positions, lps = {}, {}
-    with torch.no_grad():
-        for name in ("grouped", "packed", "padded"):
-            seen.clear()
-            if name == "grouped":
-                lp, _ = grouped_response_log_probs(model, ad, prompt, responses, dtype=prec.compute, chunk_tokens=2)
-                prompt_pos, response_pos = seen
-                pos = [torch.cat([prompt_pos[:, 0], response_pos[:, r, :len(x)]], 1) for r, x in enumerate(responses)]
-            elif name == "packed":
-                lp, _ = packed_response_log_probs(model, batch, chunk_tokens=2)
-                flat, start, pos = seen[0][:, 0], 0, []
-                for r in range(len(responses)):
-                    n = int(batch.attention_mask[r].sum())
-                    pos.append(flat[:, start:start + n])
-                    start += n
-            else:
-                lp, _ = response_log_probs(model, batch, chunk_tokens=2)
-                mask = batch.attention_mask.cpu().bool()
-                pos = [seen[0][:, r, mask[r]] for r in range(len(responses))]
-            positions[name] = [p.tolist() for p in pos]
-            lps[name] = lp.float().cpu()
+    positions, lps = positions_of_each_pass(model, ad, prompt, responses, batch, prec.compute)
     dist.destroy_process_group()
     gaps = {name: float((lps[name] - lps["packed"]).abs().max()) for name in ("grouped", "padded")}
     same = positions["grouped"] == positions["packed"] == positions["padded"]
@@ -329,7 +306,8 @@ def part_profile(args) -> dict:
 
     model = build_sharded(model_dir, rank=0, dtype=prec.storage, attn_implementation="sdpa", device=args.device,
                           shard=lambda m: shard_model(m, mesh, prec.policy), prepare=policy)
-    frames, source, response = (64, (384, 672), 512) if not args.cpu else (4, (64, 112), 8)
+    full = not args.cpu or args.full_video
+    frames, source, response = (64, (384, 672), 512) if full else (4, (64, 112), 8)
     batch, _ = _video_batch(ad, 1, response, frames, source, seed=0)
     batch = batch.to(args.device, dtype=prec.compute)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6)
@@ -411,7 +389,7 @@ def drive(args) -> int:
     for part in args.parts:
         start = time.perf_counter()
         cmd = [sys.executable, __file__, "--part", part, "--workdir", str(args.workdir), "--size", args.size,
-               *(["--cpu"] if args.cpu else [])]
+               *(["--cpu"] if args.cpu else []), *(["--full-video"] if args.full_video else [])]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=args.part_timeout,
                               env=_env())
         lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
@@ -434,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     p.add_argument("--size", choices=sorted(SIZES), default=None, help="the train part's model (default 2b; tiny with --cpu)")
     p.add_argument("--json", help="write every figure here, after each part")
+    p.add_argument("--full-video", action="store_true",
+                   help="with --cpu: the profile part on the real 64-frame 384x672 video (the CPU's own figure)")
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--part-timeout", type=float, default=600)
     p.add_argument("--part", choices=PARTS, help=argparse.SUPPRESS)

@@ -25,11 +25,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = """
 import json, sys, torch, torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
-from evr1.models import grouped_response_log_probs, load_adapter, load_model, make_tiny, response_log_probs
-from evr1.models.packed import packed_response_log_probs
+from evr1.models import load_adapter, load_model, make_tiny
 from evr1.train.workers.precision import precision
 from evr1.train.workers.sharded_load import shard_model
-from tests.models.conftest import make_clip
+from tests.models.conftest import make_clip, positions_of_each_pass
 
 cast = sys.argv[3] == "cast"
 dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[2], rank=0, world_size=1)
@@ -42,36 +41,14 @@ if cast:  # the previous policy, for the record: FSDP2's default casts forward i
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
 shard_model(model, init_device_mesh("cpu", (1,)), policy)
 
-seen = []
-def grab(module, args, kwargs):
-    seen.append(kwargs["position_ids"][-3:].clone())  # the t, h, w rows (a text row may come first)
-model.model.language_model.register_forward_pre_hook(grab, with_kwargs=True)
-
 f = ad.family.factor
 clip = make_clip(f, t=16, h_blocks=1, w_blocks=2, fps=4.004, indices=list(range(16)), total=16, seed=1)
 prompt = ad.encode_prompt("<video> What happens?", videos=[clip])
 responses = [[20, 21, 22, 23, 24], [30, 31, 32]]
 batch = ad.collate([prompt] * len(responses), responses).to("cpu", dtype=prec.compute)
 out = {"seconds": batch.mm["second_per_grid_ts"].tolist()}
-lp_rows = {}
-for name in ("grouped", "packed", "padded"):
-    seen.clear()
-    if name == "grouped":
-        lp, _ = grouped_response_log_probs(model, ad, prompt, responses, dtype=prec.compute, chunk_tokens=2)
-        prompt_pos, response_pos = seen
-        pos = [torch.cat([prompt_pos[:, 0], response_pos[:, r, :len(resp)]], 1) for r, resp in enumerate(responses)]
-    elif name == "packed":
-        lp, _ = packed_response_log_probs(model, batch, chunk_tokens=2)
-        flat, start, pos = seen[0][:, 0], 0, []
-        for r in range(len(responses)):
-            n = int(batch.attention_mask[r].sum())
-            pos.append(flat[:, start:start + n])
-            start += n
-    else:
-        lp, _ = response_log_probs(model, batch, chunk_tokens=2)
-        pos = [seen[0][:, r, batch.attention_mask[r].bool()] for r in range(len(responses))]
-    out[name] = [p.tolist() for p in pos]
-    lp_rows[name] = lp.detach().float()
+positions, lp_rows = positions_of_each_pass(model, ad, prompt, responses, batch, prec.compute)
+out.update(positions)
 out["lp_gap"] = {name: float((lp_rows[name] - lp_rows["packed"]).abs().max()) for name in lp_rows}
 out["lp_packed_mean"] = float(lp_rows["packed"][batch.response_mask.bool()].mean())
 print(json.dumps(out))
