@@ -1,6 +1,6 @@
 """The vision tower's attention windows in one call, instead of one `sdpa` call per window.
 
-Qwen2-VL, Qwen2.5-VL and Qwen3-VL's vision towers attend within windows: each temporal group of patches
+Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3.5's vision towers attend within windows: each temporal group of patches
 (the full-attention blocks) or, in Qwen2.5-VL's window blocks, each 112 × 112-pixel window, given as
 `cu_seqlens`. Under `sdpa`, transformers 5.19 splits q, k and v by those lengths (`lengths.tolist()`:
 the host waits for the device, in every block) and runs one attention call per window. For a 64-frame
@@ -20,7 +20,7 @@ per forward for the flash path.
 `use_varlen_vision_attention(model)` switches a loaded model's vision tower to it when the model runs
 `sdpa` (the registered name contains "flash" because that is how transformers' vision attention
 chooses the `cu_seqlens` call; no flash-attn kernel is involved). tests/models/test_vision_attention.py
-checks the tower's output and gradients against the per-window path for the three families.
+checks the tower's output and gradients against the per-window path for the four families.
 """
 
 from __future__ import annotations

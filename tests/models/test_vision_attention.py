@@ -1,5 +1,5 @@
 """The vision tower's windows in one attention call (`evr1.models.vision_attention`) give the per-window
-path's values and gradients: the function on random windows, and whole models of the three families."""
+path's values and gradients: the function on random windows, and whole models of the four families."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def test_varlen_sdpa_refuses_what_it_does_not_implement():
         varlen_sdpa(None, q, q, q, cu_seq_lens_q=torch.tensor([0, 4]), is_causal=True)
 
 
-@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5"])
 def test_models_give_the_per_window_log_probs_and_gradients(tmp_path, family, monkeypatch):
     """Two videos of different sizes whose grids do not divide into Qwen2.5-VL's windows (uneven windows),
     vision depth 2 (a window block and a full-attention block): log-probs and every vision parameter's
