@@ -4,9 +4,10 @@ Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Qwen3.5's vision towers attend within windows
 (the full-attention blocks) or, in Qwen2.5-VL's window blocks, each 112 × 112-pixel window, given as
 `cu_seqlens`. Under `sdpa`, transformers 5.19 splits q, k and v by those lengths (`lengths.tolist()`:
 the host waits for the device, in every block) and runs one attention call per window. For a 64-frame
-384×672 video that is 768 windows per window block, about 25,000 calls per forward pass of a 32-block tower and as
-many again for gradient checkpointing's recompute and the backward: measured on an H200, the
-tower then dominates the update (docs/performance.md, "GPU").
+384×672 video (364×672 after resizing) that is 768 windows in each of the 28 window blocks and 32 in each of
+the 4 full ones, about 21,600 calls per forward pass, and as many again for gradient checkpointing's
+recompute and the backward: measured on an H200, the tower then dominates the update (docs/performance.md,
+"On a GPU").
 
 transformers hands a flash-style implementation `cu_seqlens` and the longest window instead, in one
 call. `VARLEN_SDPA` is such an implementation built on `torch.nn.functional.scaled_dot_product_attention`
