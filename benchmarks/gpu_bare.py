@@ -14,7 +14,7 @@ the library's own functions, each part in a process of its own, every figure in 
    on the CPU).
 3. `logprob_memory`: `bench_logprob_memory.py --device cuda` at a 151,936-entry vocabulary and a 7B
    model's width: the CUDA allocator's peak of full logits against chunks of valid tokens (item 4).
-4. `train`: a random-init Qwen2.5-VL of about 2B parameters (`--size`) loaded the trainer's way
+4. `train`: a random-init Qwen2.5-VL of 1.87 B parameters (`--size`) loaded the trainer's way
    (`sharded_load.build_sharded`: rank 0's copy on the host, sent tensor by tensor; the reference in bf16),
    the GPU's peak while loading against the model's float32 bytes (item 6); then on a micro-batch of
    `--samples` responses to one 64-frame 384×672 video: the no-grad log-prob pass, and the update
@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 PARTS = ("env", "positions", "logprob_memory", "train", "profile")
-# About 2.2 B parameters: a Qwen2-1.5B-shaped decoder and Qwen2.5-VL's 32-block vision tower.
+# 1.87 B parameters: a Qwen2-1.5B-shaped decoder (vocabulary of the tiny tokenizer) and Qwen2.5-VL's 32-block vision tower.
 SIZES = {
     "2b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
                num_key_value_heads=2, vision_depth=32, vision_hidden_size=1280, vision_heads=16),
