@@ -34,7 +34,12 @@ def first_step(tree: Path, root: Path, extra: list[str] = []) -> dict[str, float
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH")) if p)}
     cmd = [str(Path(sys.executable).parent / "evr1"), "run", str(tree / "conf" / "tiny.yaml"), f"run.root={root}",
            *OVERRIDES, *extra, "--timings"]
-    subprocess.run(cmd, cwd=root, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = root / "evr1-run.log"  # kept out of the figures' way, read back when the run fails
+    with log.open("w") as out:
+        proc = subprocess.run(cmd, cwd=root, env=env, check=False, stdout=out, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace")[-8000:]
+        raise RuntimeError(f"`{' '.join(cmd)}` exited {proc.returncode}; the end of its output:\n{tail}")
     spans = json.loads((root / "t" / "timings.json").read_text())["spans"]
     t0 = spans[0]["start"]
     first = next(s for s in spans if s["name"].startswith("first GRPO step"))
