@@ -4,8 +4,13 @@ The engine holds its own replica of the policy; `update_weights` copies the trai
 in place. `encode_visual` runs the vision tower over prompts once and `generate(visual=...)` takes
 such precomputed features instead of running it (transformers' `mm_encoder_outputs`): a colocated
 rank with a frozen tower shares one encoding per prompt between its engine and its own passes.
-transformers encodes a chunk's media once before expanding it to `n` return sequences, so the tower
-runs once per prompt either way, not once per sample.
+The tower runs once per prompt, not once per sample: transformers encodes a chunk's media once before
+expanding it to `n` return sequences, and the per-prompt-seeded path encodes each prompt once and
+repeats its features over its `n` rows.
+
+Per-prompt seeds (`SamplingParams.seeds`) are kept in batched calls: each row samples from a
+generator of its own (`RowSeededSampler`, evr1/engines/row_sampler.py), so a chunk of `batch_size`
+prompts is one `generate` with or without them.
 
 With `SamplingParams.logprobs` each sampled token's log-prob comes back, under the raw logits at the
 sampling temperature (`log_softmax(logits / T)`, no top-p / top-k filtering, no suppressed tokens;
@@ -19,10 +24,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from os import PathLike
 
 import torch
-from transformers import GenerationConfig, PreTrainedModel, StoppingCriteria, StoppingCriteriaList
+from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteria, StoppingCriteriaList
 
 import evr1.models.packed  # noqa: F401  (the reference M-RoPE rule, as the trainer and vLLM use)
 from evr1.engines.base import EngineBase, Generation, SamplingParams, cut_at_stop, finish
+from evr1.engines.row_sampler import RowSeededSampler
 from evr1.models.adapter import PromptInputs, VisionLanguageAdapter
 from evr1.models.runtime import load_model
 from evr1.models.shared_prefix import VisualFeatures, encode_visual, media_counts
@@ -95,16 +101,17 @@ class HFEngine(EngineBase):
                 )
             targets[name].copy_(tensor)
 
-    def _generation_config(self, params: SamplingParams, num_return: int) -> GenerationConfig:
+    def _generation_config(self, params: SamplingParams, num_return: int, *, own_sampler: bool = False) -> GenerationConfig:
         """Every sampling knob set explicitly, so a checkpoint's generation_config.json (Qwen ships
-        top_k=1, repetition_penalty=1.05, …) cannot silently change RL rollouts."""
+        top_k=1, repetition_penalty=1.05, …) cannot silently change RL rollouts. `own_sampler`: the
+        filters and the draw are `RowSeededSampler`'s, after which transformers picks greedily."""
         # Greedy decoding ignores the sampling filters: leave them unset, or transformers warns about them.
-        sampling = {} if params.greedy else {"temperature": params.temperature, "top_p": params.top_p,
-                                             "top_k": params.top_k}
+        sample = not params.greedy and not own_sampler
+        sampling = {"temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k} if sample else {}
         return GenerationConfig(
             max_new_tokens=params.max_new_tokens,
             min_new_tokens=0,
-            do_sample=not params.greedy,
+            do_sample=sample,
             typical_p=1.0,
             repetition_penalty=1.0,
             no_repeat_ngram_size=0,
@@ -148,17 +155,16 @@ class HFEngine(EngineBase):
         if visual is not None and len(visual) != len(prompts):
             raise ValueError(f"HFEngine: {len(visual)} visual features for a call of {len(prompts)} prompts")
         seeds = params.prompt_seeds(len(prompts))
+        # Per-prompt seeds: each of a prompt's n samples is a row of its own with a generator of its
+        # own (seeds[i] + j, vLLM's rule), so the chunk stays one batched call. Greedy needs no seed.
+        per_row = seeds is not None and not params.greedy
         # Greedy decoding is deterministic: decode once and repeat (HF refuses n > 1 without sampling).
-        num_return = 1 if params.greedy else params.n
-        config = self._generation_config(params, num_return)
-        # Per-prompt seeds: each prompt alone (no padding, no neighbours drawing from its RNG), its n
-        # samples one batch of n return sequences. Greedy needs no seed: it stays batched.
-        if seeds is not None and not params.greedy:
-            calls = [([i], s) for i, s in enumerate(seeds)]
-        else:
-            calls = [(list(range(start, min(start + self.batch_size, len(prompts)))),
-                      None if params.seed is None else params.seed + k)
-                     for k, start in enumerate(range(0, len(prompts), self.batch_size))]
+        num_return = 1 if params.greedy or per_row else params.n
+        rows_per_prompt = params.n if per_row else num_return
+        config = self._generation_config(params, num_return, own_sampler=per_row)
+        calls = [(list(range(start, min(start + self.batch_size, len(prompts)))),
+                  None if params.seed is None or per_row else params.seed + k)
+                 for k, start in enumerate(range(0, len(prompts), self.batch_size))]
         # Log-probs at the sampling temperature (the trainer's); greedy samples the T → 0 limit: T = 1.
         extra: dict = {}
         if params.logprobs:
@@ -171,10 +177,11 @@ class HFEngine(EngineBase):
                 chunk = [prompts[i] for i in positions]
                 if visual is not None:
                     extra["visual"] = [visual[i] for i in positions]
-                rows = self._generate_chunk(chunk, config, seed, **extra)
+                call = self._rows_of(chunk, extra, params, [seeds[i] for i in positions]) if per_row else (chunk, extra)
+                rows = self._generate_chunk(call[0], config, seed, **call[1])
                 rows, logprobs = rows if isinstance(rows, tuple) else (rows, None)
-                for i in range(len(chunk)):
-                    span = range(i * num_return, (i + 1) * num_return)
+                for i in range(len(positions)):
+                    span = range(i * rows_per_prompt, (i + 1) * rows_per_prompt)
                     samples = [self._to_generation(rows[r], params, logprobs[r] if logprobs else None) for r in span]
                     if params.greedy:  # independent copies: callers may annotate each sample
                         samples = [Generation(list(g.token_ids), g.text, g.finish_reason,
@@ -185,11 +192,27 @@ class HFEngine(EngineBase):
             self.model.train(was_training)
         return results
 
+    def _rows_of(self, chunk: list[PromptInputs], extra: dict, params: SamplingParams,
+                 seeds: Sequence[int]) -> tuple[list[PromptInputs], dict]:
+        """The chunk as one row per sample (each prompt `n` times, its features encoded once and
+        repeated), and `extra` with the sampler that draws row (i, j) from seed seeds[i] + j."""
+        n = params.n
+        given = extra.get("visual") or [None] * len(chunk)
+        missing = [k for k, (p, v) in enumerate(zip(chunk, given)) if v is None and media_counts(p)]
+        features = list(given)
+        for k, part in zip(missing, self.encode_visual([chunk[k] for k in missing])):
+            features[k] = part
+        sampler = RowSeededSampler([s + j for s in seeds for j in range(n)], temperature=params.temperature,
+                                   top_k=params.top_k, top_p=params.top_p)
+        return ([p for p in chunk for _ in range(n)],
+                {**extra, "visual": [v for v in features for _ in range(n)], "sampler": sampler})
+
     def _generate_chunk(self, chunk: Sequence[PromptInputs], config: GenerationConfig, seed: int | None, *,
                         visual: Sequence[VisualFeatures | None] | None = None,
-                        logprob_temperature: float | None = None):
+                        logprob_temperature: float | None = None, sampler: RowSeededSampler | None = None):
         """The chunk's raw continuations [B·n][steps] and, with `logprob_temperature`, each sampled
-        token's log-prob under the raw logits / that temperature (a (rows, logprobs) pair then)."""
+        token's log-prob under the raw logits / that temperature (a (rows, logprobs) pair then).
+        `sampler`: a row-seeded draw (config then decodes greedily over its scores)."""
         batch = self.adapter.collate(chunk)
         if visual is not None:
             batch = batch.with_visual(self._chunk_features(chunk, visual))
@@ -204,6 +227,8 @@ class HFEngine(EngineBase):
                 extra = {"tokenizer": self.adapter.tokenizer} if config.stop_strings else {}
                 if record is not None:
                     extra["stopping_criteria"] = StoppingCriteriaList([record])
+                if sampler is not None:
+                    extra["logits_processor"] = LogitsProcessorList([sampler])
                 out = self.model.generate(**batch.model_inputs(), generation_config=config, **extra)
         finally:
             if record is not None:
@@ -218,7 +243,7 @@ class HFEngine(EngineBase):
         encoded here in one tower call. A fresh object: transformers expands it to n in place."""
         missing = [i for i, (p, v) in enumerate(zip(chunk, visual)) if v is None and media_counts(p)]
         parts = list(visual)
-        for i, part in zip(missing, self.encode_visual([chunk[i] for i in missing])):
+        for i, part in zip(missing, self.encode_visual([chunk[i] for i in missing]) if missing else ()):
             parts[i] = part
         for p, v in zip(chunk, parts):
             if v is not None and v.dtype is not None and v.dtype != self.model.dtype:

@@ -85,6 +85,33 @@ def test_greedy_with_seeds_stays_batched_and_equals_greedy_without(engines):
     assert _ids(seeded) == _ids(big.generate(p, SamplingParams(**greedy)))
 
 
+def test_sampling_with_seeds_is_one_batched_call_per_chunk(engines):
+    """Per-prompt seeds no longer cost a call per prompt: each of a prompt's n samples is a row of the
+    chunk's one call, drawn from a generator of its own (`RowSeededSampler`), the tower run once per
+    prompt (the rows share its features)."""
+    big, _ = engines
+    p = _prompts(big)
+    calls = []
+    original = big._generate_chunk
+
+    def spy(chunk, config, seed, **extra):
+        calls.append((len(chunk), config.do_sample, len(extra["sampler"].seeds), len(extra["visual"])))
+        return original(chunk, config, seed, **extra)
+
+    big._generate_chunk = spy
+    encoded = []
+    original_encode = big.encode_visual
+    big.encode_visual = lambda prompts: encoded.append(len(prompts)) or original_encode(prompts)
+    try:
+        rows = big.generate(p, SamplingParams(**PARAMS, seeds=(1, 2, 3, 4)))
+    finally:
+        del big._generate_chunk, big.encode_visual
+    n = PARAMS["n"]
+    assert calls == [(4 * n, False, 4 * n, 4 * n)]  # one call: every sample a row, greedy over the sampler's scores
+    assert encoded == [3]  # the three prompts with media, once each, not once per sample
+    assert [len(r) for r in rows] == [n] * 4
+
+
 def test_agenerate_with_seeds_matches_generate(engines):
     big, _ = engines
     p = _prompts(big)[:2]
