@@ -1,10 +1,13 @@
 """What per-prompt seeds cost in generation: `rollout.seeding: per_prompt` against `engine`.
 
 Per-prompt seeds make each prompt's samples independent of the call, the batch and the engine that
-generates them (and of a resume); the price differs per engine. The HF engine then generates one
-prompt per call instead of `batch_size`; vLLM gives every request its own generator, which its
-sampler serves one request at a time at every token (and, on CUDA, without FlashInfer). This runs
-both modes side by side on the same prompts, in one process, best of `--repeats`:
+generates them (and of a resume); the price differs per engine. The HF engine draws each sample's
+row from a generator of its own inside one batched call (`evr1/engines/row_sampler.py`); before
+that it generated one prompt per call, the shape the `one_prompt_per_call` mode keeps (the same
+per-prompt seeds, one `generate` per prompt) so the two can be compared in one run. vLLM gives every
+request its own generator, which its sampler serves one request at a time at every token (and, on
+CUDA, without FlashInfer). This runs the modes side by side on the same prompts, in one process,
+best of `--repeats`:
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_seeding.py                      # HF engine
     PYTHONPATH=. VLLM_CPU_KVCACHE_SPACE=2 .venv-vllm/bin/python benchmarks/bench_seeding.py --engine vllm
@@ -22,6 +25,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -60,11 +64,18 @@ def main() -> None:
             "engine": SamplingParams(**base, seed=None),
         }
         engine.generate(prompts[:2], modes["engine"])  # warm-up
+
+        def one_prompt_per_call(params: SamplingParams) -> list:
+            return [engine.generate([p], replace(params, seeds=(s,)))[0] for p, s in zip(prompts, params.seeds)]
+
+        runs = {name: (lambda params=params: engine.generate(prompts, params)) for name, params in modes.items()}
+        if args.engine == "hf":
+            runs["one_prompt_per_call"] = lambda: one_prompt_per_call(modes["per_prompt"])
         best: dict[str, tuple[float, int]] = {}
         for _ in range(args.repeats):
-            for name, params in modes.items():
+            for name, run in runs.items():
                 t0 = time.perf_counter()
-                outs = engine.generate(prompts, params)
+                outs = run()
                 elapsed = time.perf_counter() - t0
                 tokens = sum(len(g.token_ids) for group in outs for g in group)
                 if name not in best or elapsed < best[name][0]:
@@ -73,7 +84,9 @@ def main() -> None:
                "batch_size": args.batch_size, "repeats": args.repeats, "smoke": args.smoke,
                **{f"{m}_s": round(s, 3) for m, (s, _) in best.items()},
                **{f"{m}_tokens_per_s": round(t / s, 1) for m, (s, t) in best.items()},
-               "per_prompt_over_engine": round(best["per_prompt"][0] / best["engine"][0], 3)}
+               "per_prompt_over_engine": round(best["per_prompt"][0] / best["engine"][0], 3),
+               **({"one_prompt_per_call_over_per_prompt": round(best["one_prompt_per_call"][0] / best["per_prompt"][0], 3)}
+                  if "one_prompt_per_call" in best else {})}
         print(json.dumps(row), flush=True)
         if args.engine == "vllm":
             engine.llm.llm_engine.engine_core.shutdown()

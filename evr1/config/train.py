@@ -69,9 +69,10 @@ class RolloutConfig(Section):
     # How training samples are seeded. per_prompt: each prompt's n samples from a seed of (run seed,
     # step, draw, the prompt), the same whatever engine, batch or placement generates them and after a
     # resume. engine: the engines' own generators, seeded once at start, so reproducible only for the
-    # same placement and prompt order and not across a resume; in exchange the HF engine batches
-    # `batch_size` prompts per call instead of one, and vLLM samples without a generator per request
-    # (vLLM 0.32 loops over seeded requests at every token and skips FlashInfer's sampler for them).
+    # same placement and prompt order and not across a resume; in exchange vLLM samples without a
+    # generator per request (vLLM 0.32 loops over seeded requests at every token and skips
+    # FlashInfer's sampler for them). The HF engine batches `batch_size` prompts per call either way
+    # (per prompt: a generator per sample row, evr1/engines/row_sampler.py).
     seeding: Literal["per_prompt", "engine"] = "per_prompt"
     thinking: bool = False
     # Prompt template: a .jinja path or None for the built-in per-family templates.
