@@ -39,6 +39,13 @@ def stage_run(run_dir: Path, stage: str):
 FORK_TAG = "evr1.in.forked_from"  # the checkpoint a fork (`trainer.init_from`) started from
 
 
+def _fork_origin(run) -> str | None:
+    """The checkpoint a train run was forked from, or None: a run that is no fork logs its
+    `trainer.init_from` param as "null" (the config's None)."""
+    origin = run.data.tags.get(FORK_TAG) or run.data.params.get("trainer.init_from")
+    return None if origin in (None, "", "null", "None") else origin
+
+
 def lineage(run_dir: Path) -> list[tuple[Path, object, int | None]]:
     """(run folder, train run, last step it contributes) from the oldest origin to the newest train run
     of `run_dir`: a fork's steps up to its checkpoint are its origin's, found through the checkpoint
@@ -46,7 +53,7 @@ def lineage(run_dir: Path) -> list[tuple[Path, object, int | None]]:
     forks' train runs since)."""
     chain: list[tuple[Path, object, int | None]] = [(run_dir, stage_run(run_dir, "train"), None)]
     # The tag is set when the train stage ends; a fork killed before that has only its config's param.
-    while origin := chain[0][1].data.tags.get(FORK_TAG) or chain[0][1].data.params.get("trainer.init_from"):
+    while origin := _fork_origin(chain[0][1]):
         ckpt = Path(origin)
         if not (ckpt / "trainer_state.json").exists():  # a run's checkpoint folder: its newest at the time
             from evr1.train.checkpoint import resolve

@@ -12,7 +12,9 @@ tower, `</answer>` stop, fresh RL optimizer and a 60-step warm-up, run seed 0: h
 the warm-up, 0.81 after RL; train accuracy 0.24 on the first 10 steps, 0.75 on the last 10 (809 s
 while a CI run loaded the machine; about 150 s alone). With the previous config (std-normalised
 advantages, format weight 0.1), seeds 1 and 2 gave 0.81 and 0.81. The first rise comes at a step that
-varies from seed to seed, so the test gives it 100. No test split here (`data.synth.test=0`): the
+varies from seed to seed, so the test gives it 100. Those figures predate the HF engine's batched
+per-prompt sampler (evr1/engines/row_sampler.py), which draws other samples from the same seeds;
+the test passed with it (tests/train, 2026-11-27) and was not remeasured with a print. No test split here (`data.synth.test=0`): the
 test asserts on the held-out split it validates on, and says so.
 """
 
