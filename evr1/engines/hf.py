@@ -200,12 +200,14 @@ class HFEngine(EngineBase):
         given = extra.get("visual") or [None] * len(chunk)
         missing = [k for k, (p, v) in enumerate(zip(chunk, given)) if v is None and media_counts(p)]
         features = list(given)
-        for k, part in zip(missing, self.encode_visual([chunk[k] for k in missing])):
+        for k, part in zip(missing, self.encode_visual([chunk[k] for k in missing]) if missing else ()):
             features[k] = part
         sampler = RowSeededSampler([s + j for s in seeds for j in range(n)], temperature=params.temperature,
                                    top_k=params.top_k, top_p=params.top_p)
-        return ([p for p in chunk for _ in range(n)],
-                {**extra, "visual": [v for v in features for _ in range(n)], "sampler": sampler})
+        rows_extra = {**extra, "sampler": sampler}
+        if any(v is not None for v in features):  # text-only chunks (and text models) take no features
+            rows_extra["visual"] = [v for v in features for _ in range(n)]
+        return [p for p in chunk for _ in range(n)], rows_extra
 
     def _generate_chunk(self, chunk: Sequence[PromptInputs], config: GenerationConfig, seed: int | None, *,
                         visual: Sequence[VisualFeatures | None] | None = None,

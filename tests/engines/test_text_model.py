@@ -1,6 +1,8 @@
 """Text-only checkpoints (an LLM judge) load through the same engines: a tiny random-weight Qwen3 causal
 LM with the tiny tokenizer, saved as an ordinary Hugging Face directory."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -34,6 +36,21 @@ def test_hf_engine_generates_with_a_text_model(text_model_dir):
     assert len(out) == 2 and all(len(g[0].token_ids) <= 5 for g in out)
     again = engine.generate(prompts, SamplingParams(n=1, max_new_tokens=5, temperature=0.0, seed=0))
     assert [g[0].token_ids for g in out] == [g[0].token_ids for g in again]  # greedy is deterministic
+
+
+def test_per_prompt_seeds_sample_a_text_model_in_one_batch(text_model_dir):
+    """The row-seeded sampler on a text-only model (an LLM judge's kind): no vision features go in,
+    and each prompt's samples are its seed's whatever the batch."""
+    from evr1.eval.judge import ChatPrompter
+
+    text, _ = text_model_dir
+    prompter = ChatPrompter(text)
+    prompts = [prompter("Is 2 + 2 = 4?"), prompter("Name a colour, briefly please.")]
+    params = SamplingParams(n=3, max_new_tokens=5, temperature=1.0, seeds=(7, 8))
+    batched = make_engine("hf", model_dir=str(text), batch_size=2, device="cpu").generate(prompts, params)
+    alone = make_engine("hf", model_dir=str(text), batch_size=1, device="cpu").generate(prompts[1:], replace(params, seeds=(8,)))
+    assert [len(g) for g in batched] == [3, 3]
+    assert [g.token_ids for g in batched[1]] == [g.token_ids for g in alone[0]]
 
 
 def test_text_adapter_refuses_media(text_model_dir):
