@@ -197,11 +197,7 @@ class HFEngine(EngineBase):
         """The chunk as one row per sample (each prompt `n` times, its features encoded once and
         repeated), and `extra` with the sampler that draws row (i, j) from seed seeds[i] + j."""
         n = params.n
-        given = extra.get("visual") or [None] * len(chunk)
-        missing = [k for k, (p, v) in enumerate(zip(chunk, given)) if v is None and media_counts(p)]
-        features = list(given)
-        for k, part in zip(missing, self.encode_visual([chunk[k] for k in missing]) if missing else ()):
-            features[k] = part
+        features = self._filled(chunk, extra.get("visual") or [None] * len(chunk))
         sampler = RowSeededSampler([s + j for s in seeds for j in range(n)], temperature=params.temperature,
                                    top_k=params.top_k, top_p=params.top_p)
         rows_extra = {**extra, "sampler": sampler}
@@ -240,13 +236,19 @@ class HFEngine(EngineBase):
             return rows
         return rows, record.rows(len(rows))
 
-    def _chunk_features(self, chunk: Sequence[PromptInputs], visual: Sequence[VisualFeatures | None]) -> VisualFeatures:
-        """The chunk's features in batch order: those given, the missing ones of prompts with media
-        encoded here in one tower call. A fresh object: transformers expands it to n in place."""
+    def _filled(self, chunk: Sequence[PromptInputs], visual: Sequence[VisualFeatures | None]) -> list[VisualFeatures | None]:
+        """Per prompt, the features given, or those of a prompt with media that has none encoded here
+        (one tower call for all of them); None for a text-only prompt."""
         missing = [i for i, (p, v) in enumerate(zip(chunk, visual)) if v is None and media_counts(p)]
         parts = list(visual)
         for i, part in zip(missing, self.encode_visual([chunk[i] for i in missing]) if missing else ()):
             parts[i] = part
+        return parts
+
+    def _chunk_features(self, chunk: Sequence[PromptInputs], visual: Sequence[VisualFeatures | None]) -> VisualFeatures:
+        """The chunk's features in batch order: those given, the missing ones of prompts with media
+        encoded here in one tower call. A fresh object: transformers expands it to n in place."""
+        parts = self._filled(chunk, visual)
         for p, v in zip(chunk, parts):
             if v is not None and v.dtype is not None and v.dtype != self.model.dtype:
                 raise ValueError(f"HFEngine: visual features in {v.dtype} for a model in {self.model.dtype}")
