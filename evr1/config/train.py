@@ -143,6 +143,17 @@ class AlgorithmConfig(Section):
     kl_target: float = Field(0.1, gt=0.0)
     kl_horizon: float = Field(10000.0, gt=0.0)
     entropy_coeff: float = 0.0
+    # The tokens the entropy bonus covers: every response token (with the loss's aggregation), or the
+    # answer's content, the tokens inside the response's last <answer>...</answer> as the reward reads
+    # it (a mean over them; any answer length, none when a response has no complete tag).
+    entropy_on: Literal["response", "answer"] = "response"
+    # An entropy floor: with a target, `entropy_coeff` is where a coefficient starts that moves by
+    # `entropy_coeff_delta` a step, up while the covered tokens' entropy is below the target and down
+    # once it is above, within [0, entropy_coeff_max], and is 0 while above (Skywork-OR1's adaptive
+    # entropy control; evr1.rl.AdaptiveEntropyCoefficient). None: the coefficient stays fixed.
+    entropy_target: float | None = Field(None, gt=0.0)
+    entropy_coeff_delta: float = Field(0.002, gt=0.0)
+    entropy_coeff_max: float = Field(0.05, ge=0.0)
     # The policy gradient on the top share of response tokens by entropy only, within each micro-batch
     # (Wang et al. 2025, "Beyond the 80/20 rule"; 0.2 there); 1: every token. KL and entropy terms keep all.
     top_entropy_ratio: float = Field(1.0, gt=0.0, le=1.0)
@@ -161,6 +172,9 @@ class AlgorithmConfig(Section):
     def _clip_cov_band(self) -> AlgorithmConfig:
         if not self.clip_cov_lb < self.clip_cov_ub:
             raise ValueError(f"algorithm: clip_cov_lb ({self.clip_cov_lb}) must be below clip_cov_ub ({self.clip_cov_ub})")
+        if self.entropy_target is not None and not 0.0 <= self.entropy_coeff <= self.entropy_coeff_max:
+            raise ValueError(f"algorithm: entropy_coeff ({self.entropy_coeff}) is where the adaptive coefficient "
+                             f"starts and must lie in [0, entropy_coeff_max={self.entropy_coeff_max}]")
         return self
 
     def loss_options(self) -> dict:

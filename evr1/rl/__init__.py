@@ -9,7 +9,7 @@ from evr1.rl.advantages import ADVANTAGE_ESTIMATORS, compute_advantages, registe
 from evr1.rl.aggregation import AGGREGATION_MODES, aggregate_loss
 from evr1.rl.correction import gap_metrics, importance_weights
 from evr1.rl.dapo import dynamic_sampling_keep, overlong_penalty
-from evr1.rl.entropy import entropy_from_logits, high_entropy_mask
+from evr1.rl.entropy import AdaptiveEntropyCoefficient, entropy_from_logits, high_entropy_mask
 from evr1.rl.kl import (
     KL_ESTIMATORS,
     AdaptiveKLController,
@@ -26,6 +26,7 @@ __all__ = [
     "AGGREGATION_MODES",
     "KL_ESTIMATORS",
     "POLICY_LOSSES",
+    "AdaptiveEntropyCoefficient",
     "AdaptiveKLController",
     "FixedKLController",
     "aggregate_loss",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["entropy_from_logits", "high_entropy_mask"]
+__all__ = ["AdaptiveEntropyCoefficient", "entropy_from_logits", "high_entropy_mask"]
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
@@ -46,3 +46,63 @@ def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, ratio: float) -
     threshold = torch.nanquantile(torch.where(valid, values, torch.full_like(values, float("nan"))).flatten(),
                                   1.0 - ratio)
     return (valid & (values >= threshold)).float()
+
+
+class AdaptiveEntropyCoefficient:
+    """An entropy bonus whose coefficient holds a measured entropy near a target (after Skywork-OR1's
+    adaptive entropy control, He et al. 2025).
+
+    After each step, with ``e`` the entropy measured on the tokens the bonus covers:
+    ``c ← clip(c + Δ, 0, c_max)`` when ``e < target``, else ``c ← clip(c − Δ, 0, c_max)``. The
+    coefficient a step uses (``value``) is ``c`` while the last measured entropy is below the target,
+    and 0 once it is at or above it: the bonus only pushes a policy up towards the target, never
+    past it, and a fixed coefficient's two failures (no effect when too small, an entropy blow-up when
+    too large, docs/learning.md finding 7) become a rate, Δ, at which it reacts.
+
+    The state is two floats (`state()` / `from_state`), saved with each checkpoint so a resumed run
+    continues with the same coefficient.
+    """
+
+    def __init__(self, target: float, delta: float, max_coeff: float, coeff: float = 0.0,
+                 last_entropy: float | None = None) -> None:
+        if not target > 0:
+            raise ValueError(f"entropy target must be > 0, got {target!r}")
+        if not delta > 0:
+            raise ValueError(f"entropy coefficient delta must be > 0, got {delta!r}")
+        if not max_coeff >= 0:
+            raise ValueError(f"entropy coefficient max must be >= 0, got {max_coeff!r}")
+        if not 0 <= coeff <= max_coeff:
+            raise ValueError(f"entropy coefficient {coeff!r} must lie in [0, {max_coeff}]")
+        self.target, self.delta, self.max_coeff = float(target), float(delta), float(max_coeff)
+        self.coeff = float(coeff)
+        self.last_entropy = None if last_entropy is None else float(last_entropy)
+
+    @property
+    def value(self) -> float:
+        """The coefficient the next step's loss uses: 0 while the policy is at or above the target
+        (or before any measurement, when the coefficient is still its start value)."""
+        if self.last_entropy is not None and self.last_entropy >= self.target:
+            return 0.0
+        return self.coeff
+
+    def update(self, entropy: float | None) -> None:
+        """Adapt to the entropy the last step measured; None (no token to measure: a skipped step or no
+        answer anywhere) leaves everything as it was."""
+        if entropy is None:
+            return
+        if not entropy == entropy:  # NaN: refuse rather than freeze the controller on a bad value
+            raise ValueError("the measured entropy is NaN")
+        step = self.delta if entropy < self.target else -self.delta
+        self.coeff = min(max(self.coeff + step, 0.0), self.max_coeff)
+        self.last_entropy = float(entropy)
+
+    def state(self) -> dict[str, float | None]:
+        return {"coeff": self.coeff, "last_entropy": self.last_entropy}
+
+    @classmethod
+    def from_state(cls, target: float, delta: float, max_coeff: float,
+                   state: dict | None, start: float = 0.0) -> "AdaptiveEntropyCoefficient":
+        """A controller from a checkpoint's `state()` (None: a fresh one at `start`)."""
+        if state is None:
+            return cls(target, delta, max_coeff, coeff=start)
+        return cls(target, delta, max_coeff, coeff=state["coeff"], last_entropy=state["last_entropy"])

@@ -66,6 +66,13 @@ class Shard:
     # Micro-batches cut by a token budget (`evr1.train.micro_batches`): per mini-batch, [start, stop)
     # of each micro-batch, as many on every rank; empty: micro_batch_size responses each.
     micro: list[list[tuple[int, int]]] = field(default_factory=list)
+    # The entropy bonus as the driver sets it for the step (`algorithm.entropy_on: answer`, an adaptive
+    # coefficient): per response a 0/1 weight per token (None: every response token, with the loss's
+    # aggregation), per mini-batch the weighted tokens' count over all ranks (the bonus is their mean),
+    # and the step's coefficient (None: the config's `entropy_coeff`).
+    entropy_weights: list[list[float]] | None = None
+    entropy_counts: list[int] = field(default_factory=list)
+    entropy_coeff: float | None = None
 
 
 def micro_slices(rows: int, micro: int, mini: int = 0) -> list[tuple[int, int]]:
@@ -115,22 +122,28 @@ def data_parallel(t) -> int:
 
 def make_shards(world_size: int, rows: list[dict], responses: list[list[int]], advantages: list[list[float]], *,
             old: list[list[float]] | None = None, ref: list[list[float]] | None = None,
-            mini_batch_size: int | None = None) -> list[Shard]:
+            mini_batch_size: int | None = None, entropy_weights: list[list[float]] | None = None,
+            entropy_coeff: float | None = None) -> list[Shard]:
     """Equal contiguous shares, one per rank: FSDP2 needs every rank to run the same number of passes.
 
     With `mini_batch_size` (responses per optimizer step over all ranks), each share is cut into
-    mini-batches and every mini-batch carries its own global token and sequence counts.
+    mini-batches and every mini-batch carries its own global token and sequence counts (and, with
+    `entropy_weights`, its count of weighted tokens).
     """
     per = len(responses) // world_size
     tokens = sum(len(r) for r in responses)
     part = lambda rows, k: rows[k * per:(k + 1) * per] if rows is not None else None  # noqa: E731
     mini = max(1, min(per, (mini_batch_size or len(responses)) // world_size))
-    minis = []
-    if mini < per:
-        for start in range(0, per, mini):
-            chosen = [responses[k * per + i] for k in range(world_size) for i in range(start, min(start + mini, per))]
-            minis.append((sum(len(r) for r in chosen), len(chosen)))
+    minis, bonus_counts = [], []
+    for start in range(0, per, mini):
+        chosen = [k * per + i for k in range(world_size) for i in range(start, min(start + mini, per))]
+        minis.append((sum(len(responses[i]) for i in chosen), len(chosen)))
+        if entropy_weights is not None:
+            bonus_counts.append(int(sum(sum(entropy_weights[i]) for i in chosen)))
+    if mini >= per:
+        minis = []
     return [Shard(rows=part(rows, k), responses=part(responses, k), advantages=part(advantages, k),
                   global_token_count=tokens, global_sequence_count=len(responses), old_log_probs=part(old, k),
-                  ref_log_probs=part(ref, k), mini_size=mini if minis else 0, mini_batches=minis)
+                  ref_log_probs=part(ref, k), mini_size=mini if minis else 0, mini_batches=minis,
+                  entropy_weights=part(entropy_weights, k), entropy_counts=bonus_counts, entropy_coeff=entropy_coeff)
             for k in range(world_size)]

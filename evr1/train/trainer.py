@@ -104,6 +104,9 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
                                  staleness=t.staleness)
     history: list[dict] = state.get("history", [])
     kl_ctrl = _kl_controller(cfg, state.get("kl_coef"))
+    a = cfg.algorithm
+    entropy_ctrl = None if a.entropy_target is None else rl.AdaptiveEntropyCoefficient.from_state(
+        a.entropy_target, a.entropy_coeff_delta, a.entropy_coeff_max, state.get("entropy_control"), a.entropy_coeff)
 
     cluster = ActorGroup(cfg, model_dir, spec)
     try:
@@ -147,7 +150,7 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
                     collected = producer.take()
                     waited = time.perf_counter() - t_wait
                 metrics = one_step(cfg, cluster, source, adapter, score, step, kl_ctrl, tables=tables,
-                                    collected=collected)
+                                   collected=collected, entropy_ctrl=entropy_ctrl)
                 if producer is not None:
                     producer.trained(step)
                     wall = metrics["time/step_s"] + waited
@@ -166,7 +169,8 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
                 if step == t.steps or (t.save_every and step % t.save_every == 0):
                     _save(cluster, out_dir, step, source, history, cfg, model_dir,
                           kl_coef=kl_ctrl.value if kl_ctrl is not None else None,
-                          cursor=collected.cursor if collected is not None else None)
+                          cursor=collected.cursor if collected is not None else None,
+                          entropy_control=entropy_ctrl.state() if entropy_ctrl is not None else None)
                     ckpt_io.prune(out_dir, t.keep_last)
         finally:
             if producer is not None:
@@ -230,7 +234,7 @@ def _warmup(cfg: Config, cluster: ActorGroup, samples: list[dict], adapter, log_
 
 
 def _save(cluster: ActorGroup, out_dir: Path, step: int, source: PromptSource, history, cfg: Config, model_dir, *,
-          kl_coef: float | None, cursor: dict | None = None) -> Path:
+          kl_coef: float | None, cursor: dict | None = None, entropy_control: dict | None = None) -> Path:
     """Shards and state into `step_N.tmp`, then one rename: a crash mid-save never leaves a folder
     that looks complete."""
     final = ckpt_io.step_dir(out_dir, step)
@@ -241,7 +245,7 @@ def _save(cluster: ActorGroup, out_dir: Path, step: int, source: PromptSource, h
     # `cursor`: where the prompts stood after step `step`'s draws (a producer thread may have drawn further).
     ckpt_io.write_state(tmp, {"step": step, "cursor": source.state(cursor), "history": history, "seed": cfg.run.seed,
                               "base_model": str(model_dir), "world_size": cfg.trainer.world_size,
-                              "kl_coef": kl_coef})
+                              "kl_coef": kl_coef, "entropy_control": entropy_control})
     ckpt_io.publish(tmp, final)
     return final
 

@@ -42,6 +42,7 @@ from evr1.train.workers.prompt_prep import READ_ERRORS, PromptPrep
 from evr1.train.workers.sequence_parallel import sp_groups, sp_response_log_probs
 from evr1.train.workers.policy_state import PolicyState
 from evr1.train.workers.sharded_load import build_replicated, build_sharded, shard_model
+from evr1.train.workers.update_loss import update_loss
 
 
 class PolicyWorker(PolicyState, EngineHost):
@@ -132,8 +133,8 @@ class PolicyWorker(PolicyState, EngineHost):
             return self.adapter.encode_prompt("", defer_media=True), False
 
     def _micro_batches(self, shard: Shard, mini: int = 0) -> list[list[tuple]]:
-        """Mini-batches of micro-batches: (batch, advantages, old, ref, response lengths, prompt groups),
-        on the CPU. A group is (prompt, its responses) over consecutive rows of one prompt.
+        """Mini-batches of micro-batches: (batch, advantages, old, ref, entropy-bonus weights, response
+        lengths, prompt groups), on the CPU. A group is (prompt, its responses) over consecutive rows of one prompt.
 
         Prompts hold uint8 frames; each micro-batch is moved to the device and prepared there only
         while it is used (`_on_device`), so a step's media never sit on the accelerator all at once.
@@ -156,7 +157,7 @@ class PolicyWorker(PolicyState, EngineHost):
                 batch.response_mask[row] = 0
         shape = batch.response_mask.shape
         values = [padded(rows[i:stop], shape) if rows else None
-                  for rows in (shard.advantages, shard.old_log_probs, shard.ref_log_probs)]
+                  for rows in (shard.advantages, shard.old_log_probs, shard.ref_log_probs, shard.entropy_weights)]
         keys = [row_key(r) if ok else None for r, ok in zip(shard.rows[i:stop], readable)]
         groups = [(prompts[a], shard.responses[i + a:i + b], keys[a]) for a, b in prompt_runs([row_key(r) for r in
                                                                                               shard.rows[i:stop]])]
@@ -307,13 +308,15 @@ class PolicyWorker(PolicyState, EngineHost):
                 # Dr. GRPO's constant normaliser is C per sequence (TRL's B·C), so the lr keeps its meaning.
                 counts = {"global_token_count": tokens, "global_seq_count": seqs,
                           "loss_scale_factor": self.o["loss_scale_factor"] * seqs}
+                bonus = self._bonus(shard, k)
                 self.optimizer.zero_grad(set_to_none=True)
                 for j, item in enumerate(mini):
                     call = next(calls, 0)
                     seed = seed_of(self.o["seed"], step_index, epoch, k, j, self.sp.dp_rank)
                     readable = item[0].response_mask.bool().any(dim=1).tolist()
                     metrics, entropy, log_probs = self._backward(
-                        self._on_device(item, media=not call, encode=encode and epoch == 0), counts, agg, call, seed)
+                        self._on_device(item, media=not call, encode=encode and epoch == 0), counts, agg, call, seed,
+                        bonus)
                     micro_metrics.append(metrics)
                     if epoch == 0:
                         kept.append((cuts[k][j][0], item[-2], readable, to_host(entropy),
@@ -352,40 +355,28 @@ class PolicyWorker(PolicyState, EngineHost):
         self.unreadable.clear()
         return out
 
-    def _backward(self, item: tuple, counts: dict, agg: str, calls: int = 0,
-                  seed: int = 0) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
-        """One micro-batch's loss and backward; `calls` > 0: the shared-prefix path with that many grouped calls.
-        Returns its metrics, detached 0-d tensors on the device (nothing here waits for the device, see
-        `step`), and its per-token entropy and log-probs [B, L], detached. Without old log-probs (a
-        strictly on-policy update) the old log-probs are these log-probs, detached: ratio 1 exactly.
-        `seed` seeds Clip-Cov's draw."""
-        batch, adv, old_lp, ref_lp, _, _ = item
+    def _bonus(self, shard: Shard, mini: int) -> tuple[float, int | None]:
+        """The entropy bonus's coefficient for this step and, when the driver chose its tokens
+        (`shard.entropy_weights`), their global count in mini-batch `mini` (the bonus is their mean)."""
+        coeff = self.o["entropy_coeff"] if shard.entropy_coeff is None else shard.entropy_coeff
+        return coeff, (shard.entropy_counts[mini] if shard.entropy_weights is not None else None)
+
+    def _backward(self, item: tuple, counts: dict, agg: str, calls: int = 0, seed: int = 0,
+                  bonus: tuple[float, int | None] = (0.0, None)) -> tuple[dict[str, torch.Tensor], torch.Tensor,
+                                                                         torch.Tensor]:
+        """One micro-batch's loss (`update_loss`: `counts`, `seed` and `bonus` are its) and backward;
+        `calls` > 0: the shared-prefix path with that many grouped calls. Returns its metrics, detached
+        0-d tensors on the device (nothing here waits for the device, see `step`), and its per-token
+        entropy and log-probs [B, L], detached."""
+        batch, adv, old_lp, ref_lp, weights, _, _ = item
         mask = batch.response_mask.float()
         if calls:
             log_probs, entropy, zero = self._grouped(self.model, item, calls, with_entropy=True)
         else:
             (log_probs, entropy), zero = self._log_probs(self.model, batch, with_entropy=True), 0.0
         log_probs = log_probs.float()
-        if old_lp is None:
-            old_lp = log_probs.detach()
-        pg_mask, pg_counts, ratio = mask, counts, self.o["top_entropy_ratio"]
-        if ratio < 1.0:  # the policy gradient on the high-entropy tokens, weighted as their share
-            pg_mask = rl.high_entropy_mask(entropy, mask, ratio)
-            pg_counts = {**counts, "global_token_count": counts["global_token_count"] * ratio}
-        options = self.o["loss_options"]
-        if self.o["policy_loss"] == "clip_cov":
-            options = {**options, "clip_cov_seed": seed}
-        pg_loss, pg_metrics = rl.policy_loss(self.o["policy_loss"], log_probs, old_lp, adv, pg_mask,
-                                             loss_agg_mode=agg, **pg_counts, **options)
-        loss = pg_loss
-        metrics = {f"actor/{k}": v.detach() for k, v in pg_metrics.items()}
-        if self.o["use_kl_loss"] and ref_lp is not None:
-            kl = rl.kl_penalty(log_probs, ref_lp, self.o["kl_penalty"])
-            loss = loss + self.o["kl_loss_coef"] * rl.aggregate_loss(kl, mask, agg, **counts)
-            metrics["actor/kl_loss"] = rl.masked_mean(kl.detach(), mask)
-        if self.o["entropy_coeff"] != 0.0:
-            loss = loss - self.o["entropy_coeff"] * rl.aggregate_loss(entropy.float(), mask, agg, **counts)
-        metrics["actor/entropy"] = rl.masked_mean(entropy.detach().float(), mask)
+        loss, pg_loss, metrics = update_loss(self.o, log_probs, entropy, adv, old_lp, ref_lp, mask, counts, agg,
+                                             seed=seed, bonus_weights=weights, bonus=bonus)
         loss = loss + zero
         if not has_media(batch) and not self.frozen_vision:
             loss = loss + 0.0 * self._visual_dummy()
