@@ -10,34 +10,17 @@ import pytest
 import ray
 import torch
 
-from evr1 import pipeline
 from evr1.config import ConfigError, load_config
-from evr1.data.ingest import read_samples
 from evr1.models import load_adapter
 from evr1.train.grpo_step import _answer_weights, _covered_entropy
 from evr1.train.protocol import Shard, make_shards
 from evr1.train.trainer import train
-from tests.train.conftest import letter_density_data, letter_density_overrides
-from tests.train.test_on_policy_skip import _rank
+from tests.train.test_on_policy_skip import _rank, setup  # noqa: F401 (the module's fixture, shared)
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "conf/tiny.yaml"
+NO_KL = ["algorithm.use_kl_loss=false"]  # the setup's base has a KL term: these losses are the bonus's
 TEXTS = ["<answer>e</answer>", "left then right", "<think>red</think><answer>B</answer>", "e e e"]
-
-
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("entropy_bonus")
-    base = [f"run.root={tmp}", "run.name=base", "tracking.enabled=false", "cache.workers=0",
-            *letter_density_overrides(letter_density_data(tmp)), "model.tiny.family=qwen2_5_vl",
-            "trainer.warmup_sft_steps=0", "trainer.prompts_per_step=2", "rollout.n=2", "trainer.world_size=1",
-            "trainer.micro_batch_size=2", "rollout.max_new_tokens=8", "trainer.save_every=0", "trainer.steps=1",
-            "algorithm.use_kl_loss=false", "trainer.lr=0.01"]
-    cfg = load_config(TINY, base)
-    samples = pipeline.stage_ingest(cfg)
-    model = pipeline.stage_model(cfg)
-    frames = pipeline.stage_cache(cfg, samples, model)
-    return tmp, base, read_samples(samples.uri, split="train"), Path(model.uri), frames.uri
 
 
 def _tokens(setup) -> tuple[list[list[int]], object]:
@@ -96,16 +79,16 @@ def test_every_token_weighted_is_the_response_bonus_and_the_answer_bonus_raises_
     answers = _answer_weights(responses, adapter.decode)
     # The config's bonus over every response token (token-mean) against the driver's weights on every
     # token with the same coefficient set per step: the same update.
-    with _rank(setup, ["algorithm.entropy_coeff=0.05"]) as worker:
+    with _rank(setup, [*NO_KL, "algorithm.entropy_coeff=0.05"]) as worker:
         want, want_weights = _step(worker, _shard(setup, 0.5), 0.01)
-    with _rank(setup, []) as worker:
+    with _rank(setup, NO_KL) as worker:
         got, got_weights = _step(worker, _shard(setup, 0.5, everything, 0.05), 0.01)
     assert got["actor/grad_norm"] == pytest.approx(want["actor/grad_norm"], rel=1e-6)
     for name, w in want_weights.items():
         assert torch.allclose(got_weights[name], w, rtol=0.0, atol=1e-6), name
     # Zero advantages and no KL term: the answer bonus is the whole loss. No answer token, no gradient;
     # on the answer tokens, a gradient whose step raises their entropy (read by the next step's pass).
-    with _rank(setup, []) as worker:
+    with _rank(setup, NO_KL) as worker:
         none, _ = _step(worker, _shard(setup, 0.0, [[0.0] * len(r) for r in responses], 0.05), 1e-3)
         assert none["actor/grad_norm"] == 0.0
         first, _ = _step(worker, _shard(setup, 0.0, answers, 1.0), 1e-3)
@@ -130,7 +113,7 @@ def test_train_adapts_the_coefficient_step_by_step_and_a_resume_continues_it(set
     a step (each step uses the value the steps before it left); the checkpoint holds the controller,
     and a resumed run goes on from it."""
     tmp, base, rows, model_dir, frames_uri = setup
-    options = [*base, "trainer.save_every=1", "algorithm.entropy_target=100", "algorithm.entropy_coeff_delta=0.01",
+    options = [*base, *NO_KL, "trainer.save_every=1", "algorithm.entropy_target=100", "algorithm.entropy_coeff_delta=0.01",
                "algorithm.entropy_coeff_max=0.025"]
     out = tmp / "adaptive"
     history = train(load_config(TINY, [*options, "trainer.steps=2"]), samples=rows, frames_uri=frames_uri,
