@@ -145,7 +145,8 @@ class AlgorithmConfig(Section):
     entropy_coeff: float = 0.0
     # The tokens the entropy bonus covers: every response token (with the loss's aggregation), or the
     # answer's content, the tokens inside the response's last <answer>...</answer> as the reward reads
-    # it (a mean over them; any answer length, none when a response has no complete tag).
+    # it, any answer length: their entropies summed per response (the answer's entropy as a whole),
+    # the mean over the responses with a complete tag (the others get no bonus).
     entropy_on: Literal["response", "answer"] = "response"
     # An entropy floor: with a target, `entropy_coeff` is where a coefficient starts that moves by
     # `entropy_coeff_delta` a step, up while the covered tokens' entropy is below the target and down

@@ -213,15 +213,19 @@ def _answer_weights(responses: list[list[int]], decode) -> list[list[float]]:
 
 
 def _covered_entropy(entropies: list[list[float] | None], weights: list[list[float]] | None) -> float | None:
-    """The mean entropy over the tokens the bonus covers (every token without `weights`), from the
-    update's per-token entropies (the policy before the step); None when no readable token is covered."""
-    total, count = 0.0, 0.0
+    """What the bonus measures, from the update's per-token entropies (the policy before the step):
+    without `weights`, the mean over every response token; with them, the answer's entropy, each
+    response's weighted tokens summed (by the chain rule, over samples, the entropy of the answer as a
+    whole: a letter, or an interval's two numbers and the fixed characters around them alike), the
+    mean over the responses that have any. None when nothing readable is covered."""
+    total, count = 0.0, 0
     for k, values in enumerate(entropies):
         if values is None:  # a response its rank could not read: no entropy, no bonus
             continue
-        w = weights[k] if weights is not None else [1.0] * len(values)
-        total += sum(v * x for v, x in zip(values, w, strict=True))
-        count += sum(w)
+        if weights is None:
+            total, count = total + sum(values), count + len(values)
+        elif any(weights[k]):
+            total, count = total + sum(v * x for v, x in zip(values, weights[k], strict=True)), count + 1
     return total / count if count else None
 
 

@@ -68,8 +68,9 @@ class Shard:
     micro: list[list[tuple[int, int]]] = field(default_factory=list)
     # The entropy bonus as the driver sets it for the step (`algorithm.entropy_on: answer`, an adaptive
     # coefficient): per response a 0/1 weight per token (None: every response token, with the loss's
-    # aggregation), per mini-batch the weighted tokens' count over all ranks (the bonus is their mean),
-    # and the step's coefficient (None: the config's `entropy_coeff`).
+    # aggregation); per mini-batch, over all ranks, the number of responses with a weighted token (the
+    # bonus is the mean over them of their weighted tokens' summed entropy); the step's coefficient
+    # (None: the config's `entropy_coeff`).
     entropy_weights: list[list[float]] | None = None
     entropy_counts: list[int] = field(default_factory=list)
     entropy_coeff: float | None = None
@@ -128,7 +129,7 @@ def make_shards(world_size: int, rows: list[dict], responses: list[list[int]], a
 
     With `mini_batch_size` (responses per optimizer step over all ranks), each share is cut into
     mini-batches and every mini-batch carries its own global token and sequence counts (and, with
-    `entropy_weights`, its count of weighted tokens).
+    `entropy_weights`, its count of responses with a weighted token).
     """
     per = len(responses) // world_size
     tokens = sum(len(r) for r in responses)
@@ -139,7 +140,7 @@ def make_shards(world_size: int, rows: list[dict], responses: list[list[int]], a
         chosen = [k * per + i for k in range(world_size) for i in range(start, min(start + mini, per))]
         minis.append((sum(len(responses[i]) for i in chosen), len(chosen)))
         if entropy_weights is not None:
-            bonus_counts.append(int(sum(sum(entropy_weights[i]) for i in chosen)))
+            bonus_counts.append(sum(1 for i in chosen if any(entropy_weights[i])))
     if mini >= per:
         minis = []
     return [Shard(rows=part(rows, k), responses=part(responses, k), advantages=part(advantages, k),

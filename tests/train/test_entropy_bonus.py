@@ -39,29 +39,31 @@ def test_answer_weights_select_the_content_of_the_last_answer_tag(setup):
             assert not any(w)  # no complete tag: the bonus does not touch the response
         else:  # the selected tokens write the content (a token merging the tag with it counts too)
             assert content in chosen and "answer" not in chosen.replace(">", "", 1)
-    # the measured entropy is the weighted tokens' mean; unreadable responses (None) count for nothing
-    assert _covered_entropy([[1.0, 2.0, 4.0], None, [3.0]], [[1.0, 0.0, 1.0], [1.0], [0.0]]) == 2.5
+    # the answer's entropy: each response's weighted tokens summed, the mean over the responses with
+    # any (unreadable ones, None, count for nothing); without weights, the mean over every token
+    assert _covered_entropy([[1.0, 2.0, 4.0], None, [3.0], [0.5, 0.5]],
+                            [[1.0, 0.0, 1.0], [1.0], [0.0, 0.0], [1.0, 0.0]]) == 2.75
     assert _covered_entropy([[1.0, 2.0], [3.0]], None) == 2.0
     assert _covered_entropy([[1.0]], [[0.0]]) is None
 
 
-def test_make_shards_counts_the_weighted_tokens_per_mini_batch():
+def test_make_shards_counts_the_responses_with_weighted_tokens_per_mini_batch():
     responses = [[1, 2, 3], [4, 5], [6], [7, 8]]
     weights = [[0.0, 1.0, 1.0], [1.0, 0.0], [0.0], [1.0, 1.0]]
     adv = [[0.0] * len(r) for r in responses]
     whole = make_shards(2, [{}] * 4, responses, adv, entropy_weights=weights, entropy_coeff=0.01)
-    assert [s.entropy_counts for s in whole] == [[5], [5]] and whole[1].entropy_weights == weights[2:]
+    assert [s.entropy_counts for s in whole] == [[3], [3]] and whole[1].entropy_weights == weights[2:]
     assert whole[0].entropy_coeff == 0.01
     # two mini-batches: responses {0, 2} then {1, 3}, over both ranks
     minis = make_shards(2, [{}] * 4, responses, adv, mini_batch_size=2, entropy_weights=weights)
-    assert minis[0].entropy_counts == [2, 3] and minis[0].mini_batches == [(4, 2), (4, 2)]
+    assert minis[0].entropy_counts == [1, 2] and minis[0].mini_batches == [(4, 2), (4, 2)]
     assert make_shards(2, [{}] * 4, responses, adv)[0].entropy_counts == []
 
 
 def _shard(setup, advantage: float, weights=None, coeff=None) -> Shard:
     rows = setup[2]
     responses, _ = _tokens(setup)
-    counts = [int(sum(map(sum, weights)))] if weights is not None else []
+    counts = [sum(1 for w in weights if any(w))] if weights is not None else []
     return Shard(rows=[rows[0], rows[0], rows[1], rows[1]], responses=responses,
                  advantages=[[advantage] * len(r) for r in responses], global_token_count=sum(map(len, responses)),
                  global_sequence_count=4, entropy_weights=weights, entropy_counts=counts, entropy_coeff=coeff)
@@ -77,9 +79,11 @@ def test_every_token_weighted_is_the_response_bonus_and_the_answer_bonus_raises_
     responses, adapter = _tokens(setup)
     everything = [[1.0] * len(r) for r in responses]
     answers = _answer_weights(responses, adapter.decode)
-    # The config's bonus over every response token (token-mean) against the driver's weights on every
-    # token with the same coefficient set per step: the same update.
-    with _rank(setup, [*NO_KL, "algorithm.entropy_coeff=0.05"]) as worker:
+    # The config's bonus over every response token (a token mean over T tokens, coefficient c·T/n)
+    # against the driver's weights on every token with coefficient c (each response's sum, a mean over
+    # its n responses): the same loss, so the same update.
+    tokens = sum(map(len, responses))
+    with _rank(setup, [*NO_KL, f"algorithm.entropy_coeff={0.05 * tokens / len(responses)!r}"]) as worker:
         want, want_weights = _step(worker, _shard(setup, 0.5), 0.01)
     with _rank(setup, NO_KL) as worker:
         got, got_weights = _step(worker, _shard(setup, 0.5, everything, 0.05), 0.01)

@@ -22,9 +22,9 @@ def update_loss(o: dict, log_probs: torch.Tensor, entropy: torch.Tensor, adv: to
     counts every aggregation normalises by, so micro-batches and ranks add up to the exact mean.
     Without old log-probs (a strictly on-policy update) the old log-probs are these, detached: ratio
     1 exactly. `seed` seeds Clip-Cov's draw. `bonus` (coefficient, count): the entropy bonus, over
-    every response token with the loss's aggregation, or, with a count, the mean over the tokens
-    `bonus_weights` selects (the answer's: `algorithm.entropy_on`), that count taken over the
-    mini-batch on every rank.
+    every response token with the loss's aggregation, or, with a count, over the tokens
+    `bonus_weights` selects (the answer's: `algorithm.entropy_on`): their entropies summed per
+    response, the mean over the `count` responses of the mini-batch (on every rank) that have any.
     """
     if old_lp is None:
         old_lp = log_probs.detach()
@@ -43,11 +43,10 @@ def update_loss(o: dict, log_probs: torch.Tensor, entropy: torch.Tensor, adv: to
         kl = rl.kl_penalty(log_probs, ref_lp, o["kl_penalty"])
         loss = loss + o["kl_loss_coef"] * rl.aggregate_loss(kl, mask, agg, **counts)
         metrics["actor/kl_loss"] = rl.masked_mean(kl.detach(), mask)
-    coeff, bonus_tokens = bonus
-    if bonus_tokens is not None:  # the driver's tokens (their mean over the mini-batch); none: no bonus
+    coeff, bonus_tokens = bonus  # bonus_tokens: the mini-batch's responses with a weighted token
+    if bonus_tokens is not None:  # the driver's tokens: each response's sum, a mean over responses
         if coeff != 0.0 and bonus_tokens:
-            loss = loss - coeff * rl.aggregate_loss(entropy.float(), bonus_weights * mask, "token-mean",
-                                                    global_token_count=bonus_tokens)
+            loss = loss - coeff * (entropy.float() * bonus_weights * mask).sum() / bonus_tokens
     elif coeff != 0.0:
         loss = loss - coeff * rl.aggregate_loss(entropy.float(), mask, agg, **counts)
     metrics["actor/entropy"] = rl.masked_mean(entropy.detach().float(), mask)
