@@ -213,7 +213,8 @@ def _answer_weights(responses: list[list[int]], decode) -> list[list[float]]:
 
 
 def _covered_entropy(entropies: list[list[float] | None], weights: list[list[float]] | None) -> float | None:
-    """What the bonus measures, from the update's per-token entropies (the policy before the step):
+    """What the bonus measures, from the update's per-token entropies (its first epoch; with one
+    mini-batch, the policy before the step):
     without `weights`, the mean over every response token; with them, the answer's entropy, each
     response's weighted tokens summed (by the chain rule, over samples, the entropy of the answer as a
     whole: a letter, or an interval's two numbers and the fixed characters around them alike), the

@@ -357,7 +357,7 @@ class PolicyWorker(PolicyState, EngineHost):
 
     def _bonus(self, shard: Shard, mini: int) -> tuple[float, int | None]:
         """The entropy bonus's coefficient for this step and, when the driver chose its tokens
-        (`shard.entropy_weights`), their global count in mini-batch `mini` (the bonus is their mean)."""
+        (`shard.entropy_weights`), how many of mini-batch `mini`'s responses (over all ranks) have any."""
         coeff = self.o["entropy_coeff"] if shard.entropy_coeff is None else shard.entropy_coeff
         return coeff, (shard.entropy_counts[mini] if shard.entropy_weights is not None else None)
 
