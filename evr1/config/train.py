@@ -155,6 +155,10 @@ class AlgorithmConfig(Section):
     entropy_target: float | None = Field(None, gt=0.0)
     entropy_coeff_delta: float = Field(0.002, gt=0.0)
     entropy_coeff_max: float = Field(0.05, ge=0.0)
+    # A floor per value of a sample field (`family`: the task family; else a field every sample has):
+    # one coefficient per value, each adapted to its own responses' answer entropy (needs
+    # entropy_on: answer and a target; evr1.train.entropy_bonus). None: one coefficient for the batch.
+    entropy_target_by: str | None = None
     # The policy gradient on the top share of response tokens by entropy only, within each micro-batch
     # (Wang et al. 2025, "Beyond the 80/20 rule"; 0.2 there); 1: every token. KL and entropy terms keep all.
     top_entropy_ratio: float = Field(1.0, gt=0.0, le=1.0)
@@ -176,6 +180,10 @@ class AlgorithmConfig(Section):
         if self.entropy_target is not None and not 0.0 <= self.entropy_coeff <= self.entropy_coeff_max:
             raise ValueError(f"algorithm: entropy_coeff ({self.entropy_coeff}) is where the adaptive coefficient "
                              f"starts and must lie in [0, entropy_coeff_max={self.entropy_coeff_max}]")
+        if self.entropy_target_by is not None and (self.entropy_target is None or self.entropy_on != "answer"):
+            raise ValueError(f"algorithm: entropy_target_by ({self.entropy_target_by!r}) holds a floor on each value's "
+                             f"answer entropy: it needs entropy_target and entropy_on: answer (got entropy_target="
+                             f"{self.entropy_target}, entropy_on={self.entropy_on!r})")
         return self
 
     def loss_options(self) -> dict:

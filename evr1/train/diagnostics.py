@@ -95,14 +95,12 @@ def answer_token_span(token_ids: Sequence[int], decode: Callable[[Sequence[int]]
     return (offset + first, offset + stop) if stop > first else None
 
 
-def answer_entropies(entropies: Sequence[Sequence[float] | None], token_ids: Sequence[Sequence[int]],
-                     decode: Callable[[Sequence[int]], str]) -> list[float | None]:
-    """Per response, the mean entropy of its answer tokens; None without an answer span (or entropies)."""
-    out: list[float | None] = []
-    for values, ids in zip(entropies, token_ids, strict=True):
-        span = answer_token_span(ids, decode) if values is not None else None
-        out.append(float(np.mean(values[span[0]:span[1]])) if span else None)
-    return out
+def answer_entropies(entropies: Sequence[Sequence[float] | None],
+                     spans: Sequence[tuple[int, int] | None]) -> list[float | None]:
+    """Per response, the mean entropy of its answer tokens (`spans`: each response's
+    `answer_token_span`); None without an answer span (or entropies)."""
+    return [float(np.mean(values[span[0]:span[1]])) if span and values is not None else None
+            for values, span in zip(entropies, spans, strict=True)]
 
 
 def _by_family(key: str, values: Sequence[tuple[str, float]]) -> dict[str, float]:
@@ -164,16 +162,15 @@ def answer_entropy(families: Sequence[str], values: Sequence[float | None]) -> d
 
 def step_diagnostics(*, rows: Sequence[Mapping[str, Any]], groups: Sequence[Hashable], scores: Sequence[Mapping],
                      reward: Sequence[float], advantage: Sequence[float], advantage_abs_max: Sequence[float],
-                     texts: Sequence[str], token_ids: Sequence[Sequence[int]],
-                     entropies: Sequence[Sequence[float] | None] | None,
-                     decode: Callable[[Sequence[int]], str]) -> dict[str, float]:
+                     texts: Sequence[str], entropies: Sequence[Sequence[float] | None] | None,
+                     answer_spans: Sequence[tuple[int, int] | None]) -> dict[str, float]:
     """Every `diag/*` metric of a step's trained batch: one entry per response in each sequence (its
-    sample row, group, scores, reward, advantage, text, token ids and per-token entropies, or None
-    for all when the update returned none)."""
+    sample row, group, scores, reward, advantage, text, per-token entropies, or None for all when the
+    update returned none, and the tokens of its answer's content, `answer_token_span`)."""
     families = [family(r) for r in rows]
     out = group_signal(groups=groups, families=families, accuracy=[float(s.get("accuracy", 0.0)) for s in scores],
                        reward=reward, advantage=advantage, advantage_abs_max=advantage_abs_max,
                        answers=[answer_tag(t) or None for t in texts])  # an empty tag is no answer
     if entropies is not None:
-        out.update(answer_entropy(families, answer_entropies(entropies, token_ids, decode)))
+        out.update(answer_entropy(families, answer_entropies(entropies, answer_spans)))
     return out

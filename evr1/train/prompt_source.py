@@ -36,6 +36,19 @@ FAMILY = "family"  # `data.stratify.by: family`: the task family of `evr1.train.
 _TIE = 1e-12  # zero-advantage test: a group whose rewards differ by no more than this teaches nothing
 
 
+def stratum_of(row: Mapping[str, Any], by: str, setting: str = "data.stratify.by") -> str:
+    """A row's value of the sample field `by` (`family`: its task family; else the field, read through
+    `extra`), as a string; a row without it is refused, naming the sample, the field and `setting`."""
+    if by == FAMILY:
+        return family(row)
+    fields = reward_sample(dict(row))
+    value = fields.get(by)
+    if value is None:
+        raise ValueError(f"{setting}: sample {fields.get('sample_id', '?')!r} has no field "
+                         f"{by!r} (fields: {sorted(fields)}); use a field every sample has, or 'family'")
+    return str(value)
+
+
 @dataclass
 class Cursor:
     epoch: int = 0
@@ -198,15 +211,8 @@ class StratifiedSource(PromptSource):
     # -- what a row is stratified by ---------------------------------------------------------------
 
     def stratum(self, row: Mapping[str, Any]) -> str:
-        """The row's value of `by` (`family`: its task family; else the field, read through `extra`)."""
-        if self.spec.by == FAMILY:
-            return family(row)
-        fields = reward_sample(dict(row))
-        value = fields.get(self.spec.by)
-        if value is None:
-            raise ValueError(f"data.stratify.by: sample {fields.get('sample_id', '?')!r} has no field "
-                             f"{self.spec.by!r} (fields: {sorted(fields)}); use a field every sample has, or 'family'")
-        return str(value)
+        """The row's value of `by` (`stratum_of`)."""
+        return stratum_of(row, self.spec.by)
 
     def _fixed_weights(self, weights: str | Mapping[str, float]) -> dict[str, float] | None:
         if weights == "adaptive":

@@ -124,23 +124,24 @@ def data_parallel(t) -> int:
 def make_shards(world_size: int, rows: list[dict], responses: list[list[int]], advantages: list[list[float]], *,
             old: list[list[float]] | None = None, ref: list[list[float]] | None = None,
             mini_batch_size: int | None = None, entropy_weights: list[list[float]] | None = None,
-            entropy_coeff: float | None = None) -> list[Shard]:
+            entropy_coeff: float | None = None, entropy_counted: list[bool] | None = None) -> list[Shard]:
     """Equal contiguous shares, one per rank: FSDP2 needs every rank to run the same number of passes.
 
     With `mini_batch_size` (responses per optimizer step over all ranks), each share is cut into
     mini-batches and every mini-batch carries its own global token and sequence counts (and, with
-    `entropy_weights`, its count of responses with a weighted token).
+    `entropy_weights`, its count of responses with a weighted token, or of those `entropy_counted` marks).
     """
     per = len(responses) // world_size
     tokens = sum(len(r) for r in responses)
     part = lambda rows, k: rows[k * per:(k + 1) * per] if rows is not None else None  # noqa: E731
     mini = max(1, min(per, (mini_batch_size or len(responses)) // world_size))
     minis, bonus_counts = [], []
+    counted = entropy_counted if entropy_counted is not None or entropy_weights is None else [any(w) for w in entropy_weights]
     for start in range(0, per, mini):
         chosen = [k * per + i for k in range(world_size) for i in range(start, min(start + mini, per))]
         minis.append((sum(len(responses[i]) for i in chosen), len(chosen)))
         if entropy_weights is not None:
-            bonus_counts.append(sum(1 for i in chosen if any(entropy_weights[i])))
+            bonus_counts.append(sum(1 for i in chosen if counted[i]))
     if mini >= per:
         minis = []
     return [Shard(rows=part(rows, k), responses=part(responses, k), advantages=part(advantages, k),

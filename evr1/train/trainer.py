@@ -29,6 +29,7 @@ from evr1.train.actor_group import ActorGroup
 from evr1.train.async_rollouts import RolloutProducer
 from evr1.train.breakdown import accuracy_by_family
 from evr1.train.collect import draw_readable, sampling
+from evr1.train.entropy_bonus import EntropyControl
 from evr1.train.grpo_step import one_step, produce
 from evr1.train.prompt_source import PromptSource
 from evr1.train.protocol import ReaderSpec, data_parallel, make_shards
@@ -105,8 +106,7 @@ def train(cfg: Config, *, samples: list[dict], frames_uri: str | None, model_dir
     history: list[dict] = state.get("history", [])
     kl_ctrl = _kl_controller(cfg, state.get("kl_coef"))
     a = cfg.algorithm
-    entropy_ctrl = None if a.entropy_target is None else rl.AdaptiveEntropyCoefficient.from_state(
-        a.entropy_target, a.entropy_coeff_delta, a.entropy_coeff_max, state.get("entropy_control"), a.entropy_coeff)
+    entropy_ctrl = None if a.entropy_target is None else EntropyControl(a, state.get("entropy_control"))
 
     cluster = ActorGroup(cfg, model_dir, spec)
     try:

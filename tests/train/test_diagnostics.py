@@ -68,9 +68,10 @@ def test_answer_entropy_is_read_at_the_answer_tokens_only():
     entropies = [[9.0, 9.0, 9.0, 9.0, 0.5, 9.0, 9.0],  # answer token: 0.5
                  [9.0, 1.0, 2.0, 3.0, 9.0],  # three answer tokens: mean 2.0
                  [0.1, 0.1, 0.1, 0.1]]  # no answer: does not count
-    values = answer_entropies(entropies, responses, _decode)
+    spans = [answer_token_span(ids, _decode) for ids in responses]
+    values = answer_entropies(entropies, spans)
     assert values == [0.5, 2.0, None]
-    assert answer_entropies([None], [responses[0]], _decode) == [None]  # a row the rank could not read
+    assert answer_entropies([None], spans[:1]) == [None]  # a row the rank could not read
     assert answer_entropy(["colour", "appears", "colour"], values) == {
         "diag/answer_entropy": 1.25, "diag/answer_entropy/appears": 2.0, "diag/answer_entropy/colour": 0.5}
     assert answer_entropy(["colour"], [None]) == {}  # nothing to report: no metric, not a 0
@@ -136,8 +137,9 @@ def test_step_diagnostics_reads_families_answers_and_entropies_from_the_batch():
     out = step_diagnostics(rows=rows, groups=[0, 0, 1, 1],
                            scores=[{"accuracy": 0.0}, {"accuracy": 0.0}, {"accuracy": 1.0}, {"accuracy": 0.0}],
                            reward=[0.1, 0.1, 1.0, 0.0], advantage=[0.0, 0.0, 0.7, -0.7],
-                           advantage_abs_max=[0.0, 0.0, 0.7, 0.7], texts=texts, token_ids=responses,
-                           entropies=[[5, 1.0, 5], [5, 4.0, 5], [5, 2.0, 5, 5], [0.0, 0.0, 0.0]], decode=_decode)
+                           advantage_abs_max=[0.0, 0.0, 0.7, 0.7], texts=texts,
+                           entropies=[[5, 1.0, 5], [5, 4.0, 5], [5, 2.0, 5, 5], [0.0, 0.0, 0.0]],
+                           answer_spans=[answer_token_span(ids, _decode) for ids in responses])
     assert out == pytest.approx({
         # answer tokens: 1.0 and 4.0 (colour), 2.0 (the ">B" token); the fourth response has no answer
         "diag/answer_entropy": 7 / 3, "diag/answer_entropy/colour": 2.5, "diag/answer_entropy/multiple_choice": 2.0,

@@ -12,7 +12,8 @@ import torch
 
 from evr1.config import ConfigError, load_config
 from evr1.models import load_adapter
-from evr1.train.grpo_step import _answer_weights, _covered_entropy
+from evr1.train.diagnostics import answer_token_span
+from evr1.train.entropy_bonus import answer_weights, covered_entropy
 from evr1.train.protocol import Shard, make_shards
 from evr1.train.trainer import train
 from tests.train.test_on_policy_skip import _rank, setup  # noqa: F401 (the module's fixture, shared)
@@ -21,6 +22,11 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "conf/tiny.yaml"
 NO_KL = ["algorithm.use_kl_loss=false"]  # the setup's base has a KL term: these losses are the bonus's
 TEXTS = ["<answer>e</answer>", "left then right", "<think>red</think><answer>B</answer>", "e e e"]
+
+
+def _answer_weights(responses: list[list[int]], decode) -> list[list[float]]:
+    """The driver's 0/1 weights: each response's answer content, its span found as the step finds it."""
+    return answer_weights([len(r) for r in responses], [answer_token_span(r, decode) for r in responses])
 
 
 def _tokens(setup) -> tuple[list[list[int]], object]:
@@ -41,10 +47,10 @@ def test_answer_weights_select_the_content_of_the_last_answer_tag(setup):
             assert content in chosen and "answer" not in chosen.replace(">", "", 1)
     # the answer's entropy: each response's weighted tokens summed, the mean over the responses with
     # any (unreadable ones, None, count for nothing); without weights, the mean over every token
-    assert _covered_entropy([[1.0, 2.0, 4.0], None, [3.0], [0.5, 0.5]],
+    assert covered_entropy([[1.0, 2.0, 4.0], None, [3.0], [0.5, 0.5]],
                             [[1.0, 0.0, 1.0], [1.0], [0.0, 0.0], [1.0, 0.0]]) == 2.75
-    assert _covered_entropy([[1.0, 2.0], [3.0]], None) == 2.0
-    assert _covered_entropy([[1.0]], [[0.0]]) is None
+    assert covered_entropy([[1.0, 2.0], [3.0]], None) == 2.0
+    assert covered_entropy([[1.0]], [[0.0]]) is None
 
 
 def test_make_shards_counts_the_responses_with_weighted_tokens_per_mini_batch():
@@ -98,8 +104,8 @@ def test_every_token_weighted_is_the_response_bonus_and_the_answer_bonus_raises_
         first, _ = _step(worker, _shard(setup, 0.0, answers, 1.0), 1e-3)
         after, _ = _step(worker, _shard(setup, 0.0, answers, 0.0), 1e-3)
     assert first["actor/grad_norm"] > 0.0 and after["actor/grad_norm"] == 0.0
-    before_h = _covered_entropy(first["rows"]["entropy"], answers)
-    after_h = _covered_entropy(after["rows"]["entropy"], answers)
+    before_h = covered_entropy(first["rows"]["entropy"], answers)
+    after_h = covered_entropy(after["rows"]["entropy"], answers)
     assert after_h > before_h
 
 
