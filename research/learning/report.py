@@ -14,6 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
+import numpy as np
 from mlflow.tracking import MlflowClient
 
 from evr1.tracking import plots
@@ -95,8 +96,8 @@ def curves_of(run_dir: Path, prefix: str) -> dict[str, list[tuple[int, float, fl
 
 
 # The learning-signal diagnostics (evr1/train/diagnostics.py) drawn per family beside the accuracy, when logged.
-DIAGNOSTICS = {"diag/zero_adv_groups": "share of groups with zero advantage, per family",
-               "diag/answer_entropy": "entropy at the answer tokens, per family"}
+DIAGNOSTICS = {"diag/zero_adv_groups": "groups with zero advantage, per family",
+               "diag/answer_entropy": "answer-token entropy, per family"}
 
 
 def first_reaching(points: list[tuple[int, float, float]], target: float) -> tuple[int, float] | None:
@@ -205,6 +206,17 @@ def answer_floors(rows: list[dict]) -> dict[str, dict[str, float]]:
             for name, v in sorted(chance.items())}
 
 
+SMOOTH = 25  # steps: a per-step share over 8 groups a family moves by 1/8; the trend is what the panel shows
+
+
+def _trailing_mean(values, window: int) -> np.ndarray:
+    """Each point's mean with the `window - 1` before it (fewer at the start)."""
+    sums = np.cumsum(np.asarray(values, dtype=float))
+    counts = np.minimum(np.arange(1, len(sums) + 1), window)
+    before = np.concatenate([np.zeros(window), sums])[:len(sums)]
+    return (sums - before) / counts
+
+
 def plot(runs: dict[str, Path], out: Path, target: float = 0.8) -> Path:
     """Held-out accuracy (overall, solid; per family, thin) against step, one colour per run; then, for
     the runs that logged them, the learning-signal diagnostics per family (`DIAGNOSTICS`)."""
@@ -230,11 +242,12 @@ def plot(runs: dict[str, Path], out: Path, target: float = 0.8) -> Path:
         for (label, curves), colour in zip(per_run.items(), ("#4c72b0", "#dd8452", "#55a868", "#c44e52")):
             for name, styled in zip((k for k in curves if k != key), ("-", "--", ":", "-.", (0, (1, 3)))):
                 s, v, _ = zip(*curves[name])
-                ax.plot(s, v, color=colour, linestyle=styled, linewidth=1.2, label=f"{label}: {name.rsplit('/', 1)[1]}")
+                ax.plot(s, _trailing_mean(v, SMOOTH), color=colour, linestyle=styled, linewidth=1.2,
+                        label=f"{label}: {name.rsplit('/', 1)[1]}")
         if key == "diag/zero_adv_groups":  # a share of groups
             ax.set_ylim(0, 1.02)
         ax.set_xlabel("RL step")
-        ax.set_title(DIAGNOSTICS[key])
+        ax.set_title(f"{DIAGNOSTICS[key]} ({SMOOTH}-step mean)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     return plots.save(plt, fig, out, dpi=90)
