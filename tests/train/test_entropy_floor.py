@@ -141,7 +141,7 @@ def test_train_keeps_a_floor_per_value_through_a_resume(setup):
     out = tmp / "floor_per_topic"
     history = train(load_config(TINY, [*options, "trainer.steps=2"]), samples=rows, frames_uri=frames_uri,
                     model_dir=model_dir, out_dir=out).history
-    assert [h["actor/entropy_coeff"] for h in history] == [0.0, pytest.approx(history[1]["actor/entropy_coeff"])]
+    assert history[0]["actor/entropy_coeff"] == 0.0  # nothing measured before the first step
     state = json.loads((out / "step_000002" / "trainer_state.json").read_text())["entropy_control"]
     assert state["by"] == "topic" and set(state["strata"]) <= {"a", "b"}
     seen = {name: sum(f"actor/entropy_covered/{name}" in h for h in history) for name in state["strata"]}
