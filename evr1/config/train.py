@@ -110,8 +110,12 @@ class AlgorithmConfig(Section):
     weight at 1 + 4.0 with no lower bound; the aggregation defaults per loss likewise.
     """
 
-    adv_estimator: Literal["grpo", "rloo", "remax", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gdpo"] = "grpo"
+    adv_estimator: Literal["grpo", "rloo", "remax", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gdpo",
+                           "w_reinforce"] = "grpo"
     std: Literal["sample", "population", "none"] = "sample"
+    # w_reinforce: the weight λ of a right answer's push up against a wrong one's push down of 1
+    # (advantage λ·R − (1 − R), no baseline; 0.1 in Zhu et al. 2025).
+    positive_weight: float = Field(0.1, ge=0.0)
     gamma: float = Field(1.0, ge=0.0, le=1.0)
     # GDPO normalises each of these reward components per group before summing them.
     gdpo_reward_keys: list[str] = ["accuracy", "format"]
@@ -208,7 +212,8 @@ class AlgorithmConfig(Section):
 
     def estimator_options(self) -> dict:
         return {"grpo": {"std": self.std}, "gdpo": {"std": self.std},
-                "reinforce_plus_plus": {"gamma": self.gamma}}.get(self.adv_estimator, {})
+                "reinforce_plus_plus": {"gamma": self.gamma},
+                "w_reinforce": {"positive_weight": self.positive_weight}}.get(self.adv_estimator, {})
 
 
 def off_policy_reasons(algorithm: AlgorithmConfig, rollout: RolloutConfig, trainer: TrainerConfig) -> list[str]:

@@ -1,5 +1,5 @@
 """Advantage estimators for outcome rewards: GRPO (and Dr. GRPO), RLOO, ReMax, REINFORCE++,
-REINFORCE++-baseline and GDPO.
+REINFORCE++-baseline, GDPO and Weighted-REINFORCE.
 
 Every estimator is a pure function ``(scores, index, response_mask, **options) -> (advantages,
 returns)`` registered by name in ``ADVANTAGE_ESTIMATORS``; ``compute_advantages`` dispatches.
@@ -273,4 +273,25 @@ def gdpo(
         term = weights.get(name, 1.0) * _group_normalised(outcome, index, std, eps)
         total = term if total is None else total + term.to(total.dtype)
     advantages = masked_whiten(_broadcast(total, response_mask), response_mask)
+    return advantages, advantages
+
+
+@register_estimator("w_reinforce")
+def w_reinforce(
+    scores: Any, index: Any, response_mask: torch.Tensor, *, positive_weight: float = 0.1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Weighted-REINFORCE (Zhu et al. 2025, "The Surprising Effectiveness of Negative Reinforcement"):
+    ``a_i = λ·R_i − (1 − R_i)`` for rewards in [0, 1], no baseline; returns = advantages.
+
+    A right answer (R = 1) is pushed up by ``λ`` (``positive_weight``, 0.1 in the paper), a wrong one
+    (R = 0) down by 1; a partial reward (IoU) lies on the line between. Without a group baseline a
+    group whose members all earned 0 still pushes its answer down, where GRPO gives it exactly zero
+    advantage: the probability leaves the confident wrong answer and spreads over the others in
+    proportion to what the policy already gives them. ``index`` is only checked for length.
+    """
+    if not (math.isfinite(positive_weight) and positive_weight >= 0):
+        raise ValueError(f"option positive_weight must be a finite number >= 0, got {positive_weight!r}")
+    outcome = _outcome(_checked_scores(scores, response_mask), response_mask)
+    group_ids(index, outcome.shape[0], outcome.device)
+    advantages = _broadcast(positive_weight * outcome - (1.0 - outcome), response_mask)
     return advantages, advantages

@@ -26,7 +26,7 @@ PANELS: dict[str, tuple[str, ...]] = {
     "KL": ("actor/kl_loss", "actor/kl"),
     "entropy": ("actor/entropy", "diag/answer_entropy"),
     "response length": ("response/length_mean", "response_length/mean", "response/length"),
-    "groups without an answer signal": ("diag/zero_adv_groups", "diag/format_only_groups"),
+    "groups without an answer signal": ("diag/zero_adv_groups", "diag/same_reward_groups", "diag/format_only_groups"),
     "advantage of the most frequent answer": ("diag/modal_answer_adv",),
 }
 ACCURACY = ("training accuracy", "validation accuracy")
@@ -36,11 +36,13 @@ FAMILY_PANELS = {"training accuracy by task family": "reward/accuracy/",
                  "validation accuracy by task family": "val/accuracy/",
                  "answer entropy by task family": "diag/answer_entropy/",
                  "zero-advantage groups by task family": "diag/zero_adv_groups/",
+                 "same-reward groups by task family": "diag/same_reward_groups/",
                  "format-only groups by task family": "diag/format_only_groups/",
                  "most frequent answer's advantage by task family": "diag/modal_answer_adv/"}
 # A family panel's y label, and whether it is a share drawn on [0, 1].
 FAMILY_AXES = {"answer entropy by task family": ("entropy (nats)", False),
                "zero-advantage groups by task family": ("share of groups", True),
+               "same-reward groups by task family": ("share of groups", True),
                "format-only groups by task family": ("share of groups", True),
                "most frequent answer's advantage by task family": ("advantage", False)}
 WARMUP_KEY = "warmup/nll"  # the warm-up's supervised loss (evr1/train/workers/policy.py `sft_step`)
@@ -51,7 +53,8 @@ LABELS = {"reward/overall": "reward", "reward/format": "format reward", "reward/
           "actor/entropy": "all tokens", "diag/answer_entropy": "answer tokens",
           "response/length_mean": "mean (tokens)", "response_length/mean": "mean (tokens)",
           "response/length": "mean (tokens)", WARMUP_KEY: "SFT loss (NLL per token)",
-          "diag/zero_adv_groups": "zero advantage", "diag/format_only_groups": "format-only advantage",
+          "diag/zero_adv_groups": "zero advantage", "diag/same_reward_groups": "equal rewards",
+          "diag/format_only_groups": "format-only advantage",
           "diag/modal_answer_adv": "mean over groups"}
 
 

@@ -9,6 +9,9 @@ that, and they are the first things to read when a family stops learning:
   look healthy while every answer has hardened into one choice.
 * `diag/zero_adv_groups`: the share of groups (a prompt's n responses) whose advantages are all 0
   (within `ZERO`): they add nothing to the gradient.
+* `diag/same_reward_groups`: the share of groups whose rewards are all equal. Under a group baseline
+  (GRPO, RLOO, Dr. GRPO) these are the zero-advantage groups; without one (`w_reinforce`) they still
+  push their answer (down when all are wrong), so this is the measure to compare across estimators.
 * `diag/format_only_groups`: the share of groups whose accuracy is the same for every response but
   whose reward varies: their whole advantage comes from the format term (or overlong shaping; with
   per-group std normalisation, a full-size one), and says nothing about which answer is right.
@@ -127,7 +130,8 @@ def _modal_advantage(answers: Sequence[str | None], advantages: Sequence[float])
 def group_signal(*, groups: Sequence[Hashable], families: Sequence[str], accuracy: Sequence[float],
                  reward: Sequence[float], advantage: Sequence[float], advantage_abs_max: Sequence[float],
                  answers: Sequence[str | None]) -> dict[str, float]:
-    """`diag/zero_adv_groups`, `diag/format_only_groups`, `diag/modal_answer_adv`, each overall and per family.
+    """`diag/zero_adv_groups`, `diag/same_reward_groups`, `diag/format_only_groups`, `diag/modal_answer_adv`,
+    each overall and per family.
 
     One entry per response in every sequence: its group id, family, accuracy, total reward (what the
     advantages were computed from), advantage (a scalar: the mean over its tokens), the largest
@@ -141,17 +145,19 @@ def group_signal(*, groups: Sequence[Hashable], families: Sequence[str], accurac
     members: dict[Hashable, list[int]] = defaultdict(list)
     for i, g in enumerate(groups):
         members[g].append(i)
-    zero, format_only, modal = [], [], []
+    zero, same, format_only, modal = [], [], [], []
     for rows in members.values():
         name = families[rows[0]]
         accuracies, rewards = [accuracy[i] for i in rows], [reward[i] for i in rows]
         zero.append((name, float(max(advantage_abs_max[i] for i in rows) <= ZERO)))
+        same.append((name, float(max(rewards) - min(rewards) <= VARIES)))
         format_only.append((name, float(max(accuracies) - min(accuracies) <= VARIES
                                         and max(rewards) - min(rewards) > VARIES)))
         value = _modal_advantage([answers[i] for i in rows], [advantage[i] for i in rows])
         if value is not None:
             modal.append((name, value))
-    return {**_by_family("diag/zero_adv_groups", zero), **_by_family("diag/format_only_groups", format_only),
+    return {**_by_family("diag/zero_adv_groups", zero), **_by_family("diag/same_reward_groups", same),
+            **_by_family("diag/format_only_groups", format_only),
             **_by_family("diag/modal_answer_adv", modal)}
 
 

@@ -96,8 +96,13 @@ def curves_of(run_dir: Path, prefix: str) -> dict[str, list[tuple[int, float, fl
 
 
 # The learning-signal diagnostics (evr1/train/diagnostics.py) drawn per family beside the accuracy, when logged.
-DIAGNOSTICS = {"diag/zero_adv_groups": "groups with zero advantage, per family",
+# Groups whose rewards all agree: logged since w_reinforce (whose groups of equal rewards still carry an
+# advantage, so its zero-advantage share is near 0 by construction); older runs drew the zero-advantage
+# share, which equals it under a group baseline, and still do.
+DIAGNOSTICS = {"diag/same_reward_groups": "groups whose rewards are all equal, per family",
+               "diag/zero_adv_groups": "groups with zero advantage, per family",
                "diag/answer_entropy": "answer-token entropy, per family"}
+SHARES = ("diag/same_reward_groups", "diag/zero_adv_groups")
 
 
 def first_reaching(points: list[tuple[int, float, float]], target: float) -> tuple[int, float] | None:
@@ -222,6 +227,8 @@ def plot(runs: dict[str, Path], out: Path, target: float = 0.8) -> Path:
     the runs that logged them, the learning-signal diagnostics per family (`DIAGNOSTICS`)."""
     diags = {key: {label: curves_of(d, key) for label, d in runs.items()} for key in DIAGNOSTICS}
     diags = {key: per_run for key, per_run in diags.items() if any(per_run.values())}
+    if "diag/same_reward_groups" in diags:  # the zero-advantage panel would only repeat it (or read ~0)
+        diags.pop("diag/zero_adv_groups", None)
     plt, fig, axes = plots.grid(2 + len(diags), per_row=2, width=5.5, height=4.0)
     for (label, run_dir), colour in zip(runs.items(), ("#4c72b0", "#dd8452", "#55a868", "#c44e52")):
         curves = validation(run_dir)
@@ -244,7 +251,7 @@ def plot(runs: dict[str, Path], out: Path, target: float = 0.8) -> Path:
                 s, v, _ = zip(*curves[name])
                 ax.plot(s, _trailing_mean(v, SMOOTH), color=colour, linestyle=styled, linewidth=1.2,
                         label=f"{label}: {name.rsplit('/', 1)[1]}")
-        if key == "diag/zero_adv_groups":  # a share of groups
+        if key in SHARES:  # a share of groups
             ax.set_ylim(0, 1.02)
         ax.set_xlabel("RL step")
         ax.set_title(f"{DIAGNOSTICS[key]} ({SMOOTH}-step mean)")

@@ -247,7 +247,59 @@ def test_scores_to_token_rewards_puts_reward_on_last_valid_token(dtype):
     assert torch.equal(rewards, expected)
 
 
-@pytest.mark.parametrize("estimator", ["grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"])
+# ---------------------------------------------------------------------------------------------- W-REINFORCE
+
+
+def test_w_reinforce_pushes_a_right_answer_up_by_lambda_and_a_wrong_one_down_by_one(dtype, tol):
+    # Zhu et al. 2025: λ·PSR + NSR. R = 1 → +λ, R = 0 → −1, an IoU of 0.5 on the line: 0.5·0.1 − 0.5 = −0.45
+    scores = torch.tensor([1.0, 0.0, 0.5, 0.0], dtype=dtype)
+    advantages, returns = compute_advantages("w_reinforce", scores, ["p", "p", "q", "q"], MASK)
+    torch.testing.assert_close(advantages, expand([0.1, -1.0, -0.45, -1.0], dtype), **tol)
+    assert returns is advantages
+    heavier, _ = compute_advantages("w_reinforce", scores, ["p", "p", "q", "q"], MASK, positive_weight=1.0)
+    torch.testing.assert_close(heavier, expand([1.0, -1.0, 0.0, -1.0], dtype), **tol)  # plain REINFORCE on ±1
+
+
+def test_w_reinforce_gives_a_group_of_equal_rewards_an_advantage_where_grpo_gives_none(dtype, tol):
+    # four wrong answers to one prompt: GRPO (any std) has nothing to push; W-REINFORCE pushes each down
+    scores = torch.zeros(4, dtype=dtype)
+    grpo, _ = compute_advantages("grpo", scores, ["p"] * 4, MASK, std="none")
+    assert torch.equal(grpo, torch.zeros_like(grpo))
+    pushed, _ = compute_advantages("w_reinforce", scores, ["p"] * 4, MASK)
+    torch.testing.assert_close(pushed, expand([-1.0] * 4, dtype), **tol)
+    # an overlong-shaped reward below 0 is pushed down harder: (1 + λ)·R − 1
+    shaped, _ = compute_advantages("w_reinforce", torch.tensor([-0.5, 1, 1, 1], dtype=dtype), ["p"] * 4, MASK)
+    torch.testing.assert_close(shaped, expand([-1.55, 0.1, 0.1, 0.1], dtype), **tol)
+
+
+def test_w_reinforce_refuses_a_bad_weight_and_a_short_index():
+    with pytest.raises(ValueError, match="positive_weight must be a finite number >= 0"):
+        compute_advantages("w_reinforce", torch.zeros(4), ["p"] * 4, MASK, positive_weight=-0.1)
+    with pytest.raises(ValueError):
+        compute_advantages("w_reinforce", torch.zeros(4), ["p"] * 3, MASK)
+
+
+def test_w_reinforce_moves_mass_off_a_confident_wrong_answer_and_rests_on_the_right_one():
+    # A 4-way softmax policy, gradients on its logits (ascent on A·log π(y): A·(e_y − π)).
+    eye = torch.eye(4)
+    sure_wrong = torch.tensor([0.97, 0.01, 0.01, 0.01])
+    # A group whose eight samples all say the wrong "0": GRPO's advantages are 0, W-REINFORCE's −1 each,
+    # and the update sends the mass leaving "0" to every other answer, in proportion to what it holds.
+    group = -8.0 * (eye[0] - sure_wrong)
+    assert group[0] < 0 and torch.allclose(group[1:] / group[1:].sum(), sure_wrong[1:] / sure_wrong[1:].sum())
+    # In expectation over samples the right answer ("2") gains and the wrong one loses; the update is 0
+    # only at the policy sure of the right answer.
+    def expected(probs, right=2):
+        a = torch.full((4,), -1.0)
+        a[right] = 0.1
+        return sum(probs[y] * a[y] * (eye[y] - probs) for y in range(4))
+    g = expected(sure_wrong)
+    assert g[0] < 0 and g[2] > 0 and g[2] == g.max()
+    torch.testing.assert_close(expected(eye[2]), torch.zeros(4))
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline",
+                                       "w_reinforce"])
 def test_advantages_carry_no_gradient_into_scores(estimator):
     scores = torch.tensor([1.0, 0.0, 0.0, 1.0], requires_grad=True)
     advantages, returns = compute_advantages(estimator, scores, ["p"] * 4, MASK)

@@ -98,6 +98,9 @@ def test_group_signal_on_hand_built_groups():
     assert got == pytest.approx({
         # g2 and g5 of five groups; colour 1 of 2 (g2), motion 1 of 3 (g5)
         "diag/zero_adv_groups": 2 / 5, "diag/zero_adv_groups/colour": 1 / 2, "diag/zero_adv_groups/motion": 1 / 3,
+        # g2 and g5 again: their rewards are constant (the others' vary)
+        "diag/same_reward_groups": 2 / 5, "diag/same_reward_groups/colour": 1 / 2,
+        "diag/same_reward_groups/motion": 1 / 3,
         # g1 only (g2 and g5 have a constant reward, g3 and g4 a varying accuracy)
         "diag/format_only_groups": 1 / 5, "diag/format_only_groups/colour": 1 / 2,
         "diag/format_only_groups/motion": 0.0,
@@ -117,6 +120,14 @@ def test_a_group_counts_once_whatever_the_order_of_its_responses():
     straight = group_signal(groups=GROUPS, families=FAMILIES, accuracy=ACCURACY, reward=REWARD,
                             advantage=ADVANTAGE, advantage_abs_max=[abs(a) for a in ADVANTAGE], answers=ANSWERS)
     assert shuffled == pytest.approx(straight)
+
+
+def test_without_a_baseline_a_same_reward_group_is_no_zero_advantage_group():
+    # w_reinforce: four wrong answers are each pushed down (advantage −1), so the group teaches
+    # something though its rewards are all equal
+    got = group_signal(groups=[1] * 4, families=["x"] * 4, accuracy=[0] * 4, reward=[0.0] * 4, advantage=[-1.0] * 4,
+                       advantage_abs_max=[1.0] * 4, answers=["A"] * 4)
+    assert got["diag/zero_adv_groups"] == 0.0 and got["diag/same_reward_groups"] == 1.0
 
 
 def test_a_token_level_advantage_that_is_not_zero_everywhere_is_not_a_zero_group():
@@ -144,6 +155,8 @@ def test_step_diagnostics_reads_families_answers_and_entropies_from_the_batch():
         # answer tokens: 1.0 and 4.0 (colour), 2.0 (the ">B" token); the fourth response has no answer
         "diag/answer_entropy": 7 / 3, "diag/answer_entropy/colour": 2.5, "diag/answer_entropy/multiple_choice": 2.0,
         "diag/zero_adv_groups": 0.5, "diag/zero_adv_groups/colour": 1.0, "diag/zero_adv_groups/multiple_choice": 0.0,
+        "diag/same_reward_groups": 0.5, "diag/same_reward_groups/colour": 1.0,
+        "diag/same_reward_groups/multiple_choice": 0.0,
         "diag/format_only_groups": 0.0, "diag/format_only_groups/colour": 0.0,
         "diag/format_only_groups/multiple_choice": 0.0,
         # colour: both "B", advantage 0; the other group: "B" once (the fourth has no answer) → 0.7
