@@ -288,6 +288,10 @@ def w_reinforce(
     group whose members all earned 0 still pushes its answer down, where GRPO gives it exactly zero
     advantage: the probability leaves the confident wrong answer and spreads over the others in
     proportion to what the policy already gives them. ``index`` is only checked for length.
+
+    In expectation it is REINFORCE scaled by 1 + λ (a constant baseline moves the noise, not the mean),
+    so it corrects nothing GRPO cannot; from a policy at chance it learnt more slowly than Dr. GRPO
+    (docs/learning.md, "Weighted-REINFORCE"). Its paper's gains are in pass@k of pretrained models.
     """
     if not (math.isfinite(positive_weight) and positive_weight >= 0):
         raise ValueError(f"option positive_weight must be a finite number >= 0, got {positive_weight!r}")
