@@ -18,7 +18,9 @@ It prints one JSON line: `seeds`, `test_accuracy_mean/min/max`, `test_accuracy_b
 per family on the test split (`chance`, `constant`: what a collapsed policy scores), `train_wall_s`
 (the train stage, warm-up included; across a resume it spans the gap too), `rl_steps_s` (the RL steps'
 own time, summed) and `run_wall_s` (the whole `evr1 run`, start-up and eval included), means over seeds; with `--offline`, the demonstration run's figures under `offline` (never mixed in).
-Also docs/learning.png and the oracle's accuracy on every generated item. A benchmark, not a CI test
+Also a plot of the runs (`--plot`; by default `<root>/learning.png`, beside them, so that an exploratory
+run does not replace the page's figure: pass `--plot docs/learning.png` to redraw it) and the oracle's
+accuracy on every generated item. A benchmark, not a CI test
 (tests/train/test_learning_video.py is the short one).
 """
 
@@ -144,7 +146,8 @@ def main() -> None:
     parser.add_argument("--name", default="learning-s{seed}",
                         help="each seed's run folder name under --root (e.g. s{seed}-450-lr3e-4 for forks, "
                              "read with their origins)")
-    parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "learning.png")
+    parser.add_argument("--plot", type=Path, default=None,
+                        help="where the plot goes (default: <root>/learning.png; docs/learning.png for the page's)")
     parser.add_argument("--target", type=float, default=0.8)
     args = parser.parse_args()
     args.root.mkdir(parents=True, exist_ok=True)
@@ -168,8 +171,9 @@ def main() -> None:
             "oracle_accuracy": None if args.no_oracle else oracle_accuracy(args.root, first.name, args.config)}
     if args.offline:
         line["offline"] = run_figures(dirs["learning-offline"], args.target)  # RL with demonstrations: apart
-    learning_report.plot(dirs, args.plot, args.target)
-    line["plot"] = str(args.plot)
+    plot = args.plot or args.root / "learning.png"
+    learning_report.plot(dirs, plot, args.target)
+    line["plot"] = str(plot)
     print(json.dumps(line))
 
 
