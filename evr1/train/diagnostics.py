@@ -149,10 +149,10 @@ def group_signal(*, groups: Sequence[Hashable], families: Sequence[str], accurac
     for rows in members.values():
         name = families[rows[0]]
         accuracies, rewards = [accuracy[i] for i in rows], [reward[i] for i in rows]
+        rewards_equal = max(rewards) - min(rewards) <= VARIES
         zero.append((name, float(max(advantage_abs_max[i] for i in rows) <= ZERO)))
-        same.append((name, float(max(rewards) - min(rewards) <= VARIES)))
-        format_only.append((name, float(max(accuracies) - min(accuracies) <= VARIES
-                                        and max(rewards) - min(rewards) > VARIES)))
+        same.append((name, float(rewards_equal)))
+        format_only.append((name, float(max(accuracies) - min(accuracies) <= VARIES and not rewards_equal)))
         value = _modal_advantage([answers[i] for i in rows], [advantage[i] for i in rows])
         if value is not None:
             modal.append((name, value))
