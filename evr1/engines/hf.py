@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from os import PathLike
 
+import evr1.models.lean_import  # noqa: F401,I001  (first: transformers then skips scikit-learn)
 import torch
 from transformers import GenerationConfig, LogitsProcessorList, PreTrainedModel, StoppingCriteria, StoppingCriteriaList
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import evr1.models.lean_import  # noqa: F401,I001  (first: transformers then skips scikit-learn)
 import torch
 from transformers import LogitsProcessor
 

@@ -1,5 +1,6 @@
 """evr1.models: Qwen-VL family adapters, prompt/media encoding, response log-probs, tiny checkpoints."""
 
+import evr1.models.lean_import  # noqa: F401,I001  (first: transformers then skips scikit-learn)
 from evr1.models.adapter import VisionLanguageAdapter, load_adapter
 from evr1.models.batch import ModelBatch, PromptInputs
 from evr1.models.families import FAMILIES, Family, family_of

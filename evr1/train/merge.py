@@ -18,6 +18,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import evr1.models.lean_import  # noqa: F401,I001  (first: transformers then skips scikit-learn)
 import torch
 import torch.distributed.checkpoint as dcp
 from transformers import AutoConfig, AutoModelForImageTextToText

@@ -220,6 +220,12 @@ def check_any(out: str) -> None:
     assert _json_lines(out) or _table(out), "no JSON line and no Markdown table in the output"
 
 
+def check_bench_imports(out: str) -> None:
+    row = _one(_json_lines(out), bench="actor_imports")
+    assert row["smoke"] is True and row["lean_s"] > 0 and row["before_s"] > 0, row
+    assert row["sklearn_loaded"] == {"lean": False, "before": True}, row  # both ways ran as named
+
+
 def check_bench_logprob_memory(out: str) -> None:
     (row,) = _json_lines(out)
     assert row["smoke"] and row["same_values"] and row["train_ratio"] > 0 and row["score_ratio"] > 0, row

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import evr1.models.lean_import  # noqa: F401,I001  (first: transformers then skips scikit-learn)
 import torch
 import torch.distributed as dist
 from transformers import PreTrainedModel
