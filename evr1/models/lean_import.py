@@ -3,8 +3,9 @@
 `transformers.generation.candidate_generator` runs `from sklearn.metrics import roc_curve` whenever
 scikit-learn is installed, and it is (MLflow depends on it). That one line imports scikit-learn and
 SciPy: 1-3 s in each process that builds a model (1.1 s median in benchmarks/bench_imports.py),
-i.e. the flow process and every Ray actor (two ranks and a rollout worker per training). `roc_curve` serves only assisted generation's
-confidence threshold (a draft model's heuristic), which evr1 never runs.
+i.e. the flow process and every Ray actor (two ranks and a rollout worker per training).
+`roc_curve` serves only assisted generation's confidence threshold (a draft model's heuristic),
+which evr1 never runs.
 
 Importing this module before anything imports `transformers.generation` makes transformers treat
 scikit-learn as absent, so that import is skipped. Nothing else in transformers that evr1 reaches
