@@ -26,6 +26,7 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 # Progress bars of internal model saves and loads (tiny model, checkpoints, actors): nothing to act on.
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
+from evr1.cli import prefect_server  # noqa: E402
 from evr1.cli.app import _ARGV, _DEBUG, HELP, _App, _Typer, error_line, examples  # noqa: E402,F401 (_DEBUG: tests)
 from evr1.cli.config_args import RUN_ONLY, USES, ConfigArg, Overrides, load_checked, refuse  # noqa: E402
 from evr1.cli.run_support import (SPAWNED_ENV, STARTED_ENV, _close_killed_runs, _process_started,  # noqa: E402
@@ -118,6 +119,7 @@ def run(config: Annotated[Path, typer.Argument(metavar="CONFIG", help="the YAML 
     progress.lead_in("Prefect: " + ("connecting to the server, creating the flow run" if served else
                                     "starting its temporary API server, creating the flow run"))
     try:
+        prefect_server.adopt_early()  # started by __main__ while this process imported (cli/prefect_server.py)
         with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}), \
                 progress.sinks(progress.StatusFile(os.environ[interrupt.STATUS_ENV])):
             results = train_and_eval(str(config), list(overrides or []),
