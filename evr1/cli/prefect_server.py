@@ -26,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -78,7 +79,9 @@ class TemporaryServer:
                  "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(self.port),
                  "--log-level", "error", "--lifespan", "on"],
                 env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+                # Only while this process has one thread (the early start): a preexec_fn in a process
+                # with threads can deadlock on a lock another thread held at fork.
+                preexec_fn=_die_with_parent if sys.platform == "linux" and threading.active_count() == 1 else None)
         atexit.register(self.stop)
 
     def healthy(self) -> bool:
