@@ -27,7 +27,7 @@ DOCKERFILES = {"gpu": ROOT / "Dockerfile", "orchestration": ROOT / "Dockerfile.o
 # Files only the flow's process runs (the `evr1` command starts Prefect flows; run plots are drawn for
 # MLflow by the pipeline); what they import is the orchestration image's business, not the GPU worker's.
 # Paths under evr1/ (before and after the cli/tracking packages).
-FLOW_SIDE_FILES = {"cli/main.py", "cli/run_support.py", "cli/services.py", "tracking/plots.py"}
+FLOW_SIDE_FILES = {"cli/main.py", "cli/prefect_server.py", "cli/run_support.py", "cli/services.py", "tracking/plots.py"}
 # GPU-only modules that are not installed on CPU machines, by their distribution.
 NOT_INSTALLED_HERE = {"vllm": "vllm", "flash_attn": "flash-attn"}
 # Distributions installed here under another name than the image's (the vLLM job's CPU build).
