@@ -32,7 +32,9 @@ from evr1.rewards.registry import (
     families,
     family_for,
     load_reward_function,
+    needs_prepare,
     plugin_files,
+    prepare_family,
 )
 from evr1.rewards.score import ItemInfo, score_item
 from evr1.rewards.timeouts import (
@@ -47,6 +49,9 @@ from evr1.rewards.weights import RewardWeights, check_weights
 
 _GRACE = 2.0  # seconds past the limit before a worker is declared stuck in C code
 _POLL = 0.2
+# How long a worker may take over a family's one-time set-up (an import) before it is declared stuck:
+# as long as a worker gets to start, since that is mostly imports too.
+_PREPARE_S = 120.0
 
 Item = tuple[int, Any, Any]  # (index, response, sample)
 Outcome = tuple[int, dict[str, float], ItemInfo]
@@ -78,8 +83,13 @@ def _failed(index: int, sample: Any, weights: RewardWeights, *, timed_out: bool,
     return index, _zero(weights), ItemInfo(family.name, known, label, timed_out, error)
 
 
+def _family_of(sample: Any):
+    return family_for(sample.get("problem_type") if isinstance(sample, Mapping) else None)[0]
+
+
 def _score_guarded(item: Item, weights: RewardWeights, timeout: float | None, shaping: Shaping = ()) -> Outcome:
     index, response, sample = item
+    prepare_family(_family_of(sample))  # before the limit starts: a slow import is not this item's time
     try:
         with time_limit(timeout):
             scores, info = score_item(response, sample, weights, timeout, shaping)
@@ -119,6 +129,10 @@ def serve_pool(requests: Connection, replies: Connection) -> None:
                 except Exception as exc:  # e.g. a sample class this interpreter cannot import
                     replies.send(("item", None, f"item could not be loaded in the worker: {exc!r}"))
                     continue
+                family = _family_of(item[2])
+                if needs_prepare(family):  # the parent waits _PREPARE_S for it, not the item's limit
+                    replies.send(("preparing", family.name))
+                    prepare_family(family)
                 try:
                     replies.send(("item", _score_guarded(item, weights, timeout, shaping), None))
                 except RewardHelperError as exc:  # scoring cannot work here: the caller raises
@@ -312,6 +326,9 @@ def _run_pool(
                     continue
                 if message[0] == "fatal":  # e.g. SandboxUnavailable: the same exception here
                     raise message[1]
+                if message[0] == "preparing":  # a family's one-time set-up, outside the item's limit
+                    worker.since = time.monotonic() + _PREPARE_S
+                    continue
                 _, outcome, error = message
                 current = worker.queue.pop(0)
                 if outcome is None:

@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from evr1.rewards.extract import normalize_text
-from evr1.rewards.math import equivalent, looks_mathematical
+from evr1.rewards.math import equivalent, load_math_verify, looks_mathematical, prepare_math_verify
 from evr1.rewards.registry import GENERIC, FamilyResult, register
 from evr1.rewards.timeouts import run_limited
 
 
-@register(GENERIC)
+@register(GENERIC, prepare=prepare_math_verify)  # its maths-looking answers use math-verify
 def generic(text: str, sample: Mapping[str, Any]) -> FamilyResult:
     truth, answer = sample["answer"], text.strip()
     if not answer or not truth:
@@ -29,6 +29,6 @@ def generic(text: str, sample: Mapping[str, Any]) -> FamilyResult:
     elif answer.lower() == truth.strip().lower():
         return FamilyResult(1.0, True)
     if looks_mathematical(truth) and looks_mathematical(answer):
-        equal, _ = run_limited(equivalent, truth, answer)
+        equal, _ = run_limited(equivalent, truth, answer, prepare=load_math_verify)
         return FamilyResult(float(equal), True)
     return FamilyResult(0.0, True)

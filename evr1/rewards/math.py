@@ -18,7 +18,7 @@ from typing import Any
 from evr1.rewards.extract import normalize_text
 from evr1.rewards.multiple_choice import multiple_choice
 from evr1.rewards.registry import FamilyResult, register
-from evr1.rewards.timeouts import run_limited
+from evr1.rewards.timeouts import is_guarded, run_limited
 
 _MATHY = re.compile(r"[\d\\^_+\-*/=<>()\[\]{}]")
 _CANON = re.compile(r"\s+|\$")
@@ -34,7 +34,8 @@ def _canonical(text: str) -> str:
 
 
 @lru_cache(maxsize=1)
-def _math_verify() -> Any:
+def load_math_verify() -> Any:
+    """The math_verify module, imported once (`run_limited`'s set-up for `equivalent`)."""
     import math_verify  # imported on first use: it pulls in sympy and antlr
     import math_verify.grader
     import math_verify.parser
@@ -47,7 +48,7 @@ def _math_verify() -> Any:
 
 
 def _parse(text: str) -> list:
-    mv = _math_verify()
+    mv = load_math_verify()
     candidates = [text] if ("$" in text or "\\boxed" in text) else [f"${text}$", text]
     for candidate in candidates:
         parsed = mv.parse(candidate, parsing_timeout=None)
@@ -64,7 +65,7 @@ def equivalent(truth: str, answer: str) -> tuple[bool, bool]:
     gold = _parse(truth)
     if not gold:
         return False, True
-    return bool(_math_verify().verify(gold, predicted, timeout_seconds=None)), True
+    return bool(load_math_verify().verify(gold, predicted, timeout_seconds=None)), True
 
 
 def symbolic_match(truth: str, answer: str) -> tuple[bool, bool]:
@@ -74,10 +75,19 @@ def symbolic_match(truth: str, answer: str) -> tuple[bool, bool]:
     if not looks_mathematical(truth) or not looks_mathematical(answer):
         expected = normalize_text(truth)
         return bool(expected) and normalize_text(answer) == expected, bool(answer.strip())
-    return run_limited(equivalent, truth, answer)
+    return run_limited(equivalent, truth, answer, prepare=load_math_verify)
 
 
-@register("math", "mathematics")
+def prepare_math_verify() -> None:
+    """The family's set-up: math-verify is imported where `equivalent` runs, outside the item's limit.
+
+    In a pool worker that is this process; elsewhere it is the helper, which `run_limited` prepares
+    itself (this process then never imports sympy)."""
+    if is_guarded():
+        load_math_verify()
+
+
+@register("math", "mathematics", prepare=prepare_math_verify)
 def math(text: str, sample: Mapping[str, Any]) -> FamilyResult:
     if sample.get("options"):
         return multiple_choice(text, sample)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from evr1.rewards.registry import FamilyResult, register
@@ -23,12 +24,17 @@ def word_error_rate(reference: str, hypothesis: str) -> float:
     """jiwer's WER of `hypothesis` against a non-empty `reference` (1.0 for an empty hypothesis)."""
     if not hypothesis:
         return 1.0
+    return float(_jiwer().wer(reference, hypothesis))
+
+
+@lru_cache(maxsize=1)
+def _jiwer() -> Any:
     import jiwer  # imported on first use
 
-    return float(jiwer.wer(reference, hypothesis))
+    return jiwer
 
 
-@register("ocr", "text recognition")
+@register("ocr", "text recognition", prepare=_jiwer)
 def ocr(text: str, sample: Mapping[str, Any]) -> FamilyResult:
     truth, answer = _words(sample["answer"]), _words(text)
     if not truth:

@@ -38,6 +38,7 @@ def rouge_mean(reference: str, prediction: str) -> float:
     "description",
     "caption",
     "captioning",
+    prepare=_scorer,
 )
 def open_ended(text: str, sample: Mapping[str, Any]) -> FamilyResult:
     truth = sample["answer"]

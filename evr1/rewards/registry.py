@@ -40,6 +40,11 @@ class Family:
     `unbox` says whether a `\\boxed{}` inside the answer tag is unwrapped first (not for code,
     where it is just text). A family whose scoring can run away (symbolic maths, executing
     code) bounds itself with `timeouts.run_limited` / `timeouts.current_timeout()`.
+
+    `prepare` is the family's one-time set-up in a process (importing a slow library, building a
+    scorer). It runs before an item's time limit starts (`prepare_family`), so that the seconds an
+    import takes on a loaded machine are not charged to the first items, which would score 0 as
+    timed out.
     """
 
     name: str
@@ -47,6 +52,7 @@ class Family:
     aliases: tuple[str, ...]
     unbox: bool = True
     module: str = ""
+    prepare: Callable[[], Any] | None = None
 
 
 _FAMILIES: dict[str, Family] = {}  # canonical name -> family
@@ -54,6 +60,7 @@ _ROUTES: dict[str, str] = {}  # normalised spelling -> canonical name
 _SPELLINGS: dict[str, str] = {}  # spelling as registered -> canonical name
 _PLUGIN_FILES: list[str] = []  # files loaded by load_reward_function, replayed in pool workers
 _SHAPINGS: dict[str, dict[str, ShapingFn]] = {}  # canonical family name -> shaping name -> function
+_PREPARED: set[str] = set()  # families whose `prepare` has run in this process
 
 _KEY_SEP = re.compile(r"[\s_\-]+")
 
@@ -62,11 +69,14 @@ def _key(problem_type: str) -> str:
     return _KEY_SEP.sub(" ", problem_type.strip().lower()).strip()
 
 
-def register(name: str, *aliases: str, unbox: bool = True, replace: bool = False):
+def register(name: str, *aliases: str, unbox: bool = True, replace: bool = False,
+             prepare: Callable[[], Any] | None = None):
     """Decorator: register `fn(answer_text, sample) -> FamilyResult` as the family `name`.
 
     Aliases route to the same family. A spelling that already routes to another family is a
     `ValueError` unless `replace=True` (how a user deliberately overrides a built-in family).
+    `prepare` (no arguments) is the family's one-time set-up, run outside the item time limit:
+    see `Family`.
     """
 
     def decorate(fn: FamilyFn) -> FamilyFn:
@@ -82,7 +92,8 @@ def register(name: str, *aliases: str, unbox: bool = True, replace: bool = False
                     f"{sorted({_ROUTES[k] for k in clashes})}; pass replace=True to override"
                 )
         module = getattr(fn, "__module__", "")
-        _FAMILIES[name] = Family(name, fn, tuple(aliases), unbox, module)
+        _FAMILIES[name] = Family(name, fn, tuple(aliases), unbox, module, prepare)
+        _PREPARED.discard(name)
         for spelling in spellings:
             _ROUTES[_key(spelling)] = name
             _SPELLINGS[spelling] = name
@@ -110,6 +121,27 @@ def family_for(problem_type: Any) -> tuple[Family, bool]:
     if name is None:
         return _FAMILIES[GENERIC], False
     return _FAMILIES[name], True
+
+
+def needs_prepare(family: Family) -> bool:
+    """Whether `family` has a set-up that has not yet run in this process."""
+    return family.prepare is not None and family.name not in _PREPARED
+
+
+def prepare_family(family: Family) -> None:
+    """Run `family`'s one-time set-up in this process, if it has one and it has not run yet.
+
+    Call it before the item's time limit starts. A set-up that raises is left unmarked and its error
+    is not raised here: the family's own call then fails the same way inside the limit, and the item
+    is scored 0 with that error in the batch metrics, as it would have been without a set-up.
+    """
+    if not needs_prepare(family):
+        return
+    try:
+        family.prepare()
+    except Exception:  # noqa: BLE001 - reported by the family's own call (see the docstring)
+        return
+    _PREPARED.add(family.name)
 
 
 def get_family(name: str) -> Family:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evr1.rewards import extract
-from evr1.rewards.registry import Family, check_shaping, family_for, get_shaping
+from evr1.rewards.registry import Family, check_shaping, family_for, get_shaping, prepare_family
 from evr1.rewards.timeouts import (
     DEFAULT_TIMEOUT,
     ItemTimeout,
@@ -85,6 +85,7 @@ def score_item(
 
     tag = extract.answer_tag(response)
     shaped_by = dict(shaping).get(family.name)
+    prepare_family(family)  # its one-time set-up (a slow import) is not charged to this item's limit
     timed_out, error = False, None
     try:
         with item_timeout(timeout):

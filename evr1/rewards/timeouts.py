@@ -30,6 +30,7 @@ from typing import Any
 
 DEFAULT_TIMEOUT = 10.0
 _GRACE = 2.0  # extra seconds the helper gets before it is killed (its own alarm fires first)
+PREPARE_S = 120.0  # the most a set-up (an import) may take in the helper: as long as the helper's start
 
 _timeout: ContextVar[float | None] = ContextVar("evr1_reward_timeout", default=DEFAULT_TIMEOUT)
 _guarded: ContextVar[bool] = ContextVar("evr1_reward_guarded", default=False)
@@ -112,7 +113,8 @@ class RewardHelperError(RuntimeError):
 
 
 def serve(requests: Any, replies: Any) -> None:
-    """Helper process loop: run `fn(*args)` under an alarm and send back ("ok", value) or ("err", text)."""
+    """Helper process loop: run `fn(*args)` under an alarm (none when `seconds` is None) and send back
+    ("ok", value), ("timeout", None) or ("err", text)."""
     conn = replies
     conn.send(("ready", None))
     while True:
@@ -121,13 +123,18 @@ def serve(requests: Any, replies: Any) -> None:
         except EOFError:
             return
         try:
-            with time_limit(seconds):
+            with time_limit(seconds):  # None for a set-up (`_Helper.prepare`): no alarm
                 value = fn(*args)
             conn.send(("ok", value))
         except ItemTimeout:
             conn.send(("timeout", None))
         except Exception as exc:  # reported to the caller, who scores the item 0
             conn.send(("err", f"{type(exc).__name__}: {exc}"))
+
+
+def _run_setup(prepare: Callable[[], Any]) -> None:
+    """In the helper: run a set-up and return nothing (what it returns, a module say, need not pickle)."""
+    prepare()
 
 
 class _Helper:
@@ -138,6 +145,7 @@ class _Helper:
         self._proc: subprocess.Popen | None = None
         self._send: Any = None
         self._conn: Any = None
+        self._prepared: set[Callable[[], Any]] = set()  # set-ups run in the current helper process
 
     def _start(self) -> None:
         # A fresh interpreter (never a fork of one that may hold CUDA, Ray or lock state) that
@@ -172,12 +180,33 @@ class _Helper:
             self._send.close()
             self._conn.close()
         self._proc = self._send = self._conn = None
+        self._prepared = set()
 
-    def call(self, fn: Callable[..., Any], args: tuple, seconds: float) -> Any:
+    def _prepare(self, prepare: Callable[[], Any]) -> None:
+        """Run the set-up `prepare()` (an import) in the helper once, with no alarm: PREPARE_S at most."""
+        try:
+            self._send.send((_run_setup, (prepare,), None))
+            if not self._conn.poll(PREPARE_S):
+                self.stop()
+                raise RewardHelperError(f"reward helper: the set-up {prepare.__qualname__} took over {PREPARE_S:.0f} s")
+            status, _ = self._conn.recv()
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            self.stop()
+            raise RuntimeError(f"reward helper died in the set-up {prepare.__qualname__}") from None
+        except BaseException:
+            self.stop()
+            raise
+        if status == "ok":  # a failed set-up is not marked: the timed call then reports the same error
+            self._prepared.add(prepare)
+
+    def call(self, fn: Callable[..., Any], args: tuple, seconds: float,
+             prepare: Callable[[], Any] | None = None) -> Any:
         with self._lock:
             if self._proc is None or self._proc.poll() is not None:
                 self.stop()
                 self._start()
+            if prepare is not None and prepare not in self._prepared:
+                self._prepare(prepare)
             try:
                 self._send.send((fn, args, seconds))
                 if not self._conn.poll(seconds + _GRACE):
@@ -201,17 +230,30 @@ _helper = _Helper()
 atexit.register(_helper.stop)
 
 
-def run_limited(fn: Callable[..., Any], *args: Any) -> Any:
+def run_limited(fn: Callable[..., Any], *args: Any, prepare: Callable[[], Any] | None = None) -> Any:
     """Run a module-level `fn(*args)` under the current item's time limit; `ItemTimeout` when exceeded.
 
     In a supervised pool worker the call runs in-process under an alarm; elsewhere it runs in the
     helper process so that even a C-level runaway is stopped. With no limit it runs directly.
+    `prepare` (module-level, no arguments, cheap once done: an import behind `lru_cache`) is `fn`'s
+    set-up: in the helper it runs once per helper process before the first timed call, with no alarm
+    (up to PREPARE_S), so that a slow import is not charged to an item. In-process it runs just before
+    `fn`; there the family's own `prepare` (`registry.Family`) has already run it outside the limit.
     """
     seconds = current_timeout()
     if seconds is None or seconds <= 0:
+        if prepare is not None:
+            prepare()
         return fn(*args)
     in_main_thread = threading.current_thread() is threading.main_thread()
     if _guarded.get() and in_main_thread:
+        if prepare is not None:
+            prepare()
         with time_limit(seconds):
             return fn(*args)
-    return _helper.call(fn, args, seconds)
+    return _helper.call(fn, args, seconds, prepare)
+
+
+def is_guarded() -> bool:
+    """Whether this context is a supervised pool worker's (`guarded()`): `run_limited` runs in-process."""
+    return _guarded.get()
