@@ -32,8 +32,18 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/evr1 run $(CONF)
 
+# The tests that share nothing heavy run on $(TEST_WORKERS) xdist workers; then the `serial` ones (Ray,
+# servers, whole runs, start and stop timings: tests/conftest.py) one at a time. Both parts always run.
+# TEST_REPORTS=<dir>: JUnit XML of each part there (every test's time), for a CI system or a search for
+# the slow ones.
+TEST_WORKERS ?= 2
+TEST_REPORTS ?=
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider --timeout=900
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider --timeout=900 --durations=30 tests
+	status=0; \
+	$(PYTEST) --durations=15 -n $(TEST_WORKERS) -m "not serial" $(if $(TEST_REPORTS),--junitxml=$(TEST_REPORTS)/parallel.xml) tests || status=1; \
+	$(PYTEST) --durations=30 -m serial $(if $(TEST_REPORTS),--junitxml=$(TEST_REPORTS)/serial.xml) tests || status=1; \
+	exit $$status
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not e2e" tests
