@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from evr1.rewards import compute_score, compute_scores, registry, shutdown_pools
+from evr1.rewards import compute_score, compute_scores, shutdown_pools
 
 from .conftest import sample, tagged
 
@@ -75,16 +75,8 @@ def slow(text, sample):
 
 
 @pytest.fixture
-def slow_family(tmp_path, monkeypatch):
-    for name in ("_FAMILIES", "_ROUTES", "_SPELLINGS", "_PLUGIN_FILES"):
-        monkeypatch.setattr(registry, name, type(getattr(registry, name))(getattr(registry, name)))
-    registry._route.cache_clear()
-    path = tmp_path / "slow_reward.py"
-    path.write_text(PLUGIN)
-    registry.load_reward_function(str(path) + ":slow")
-    yield
-    registry._route.cache_clear()
-    shutdown_pools()
+def slow_family(plugin):
+    plugin(PLUGIN, "slow")
 
 
 def test_pool_timeouts_score_zero_and_the_rest_is_scored(slow_family):

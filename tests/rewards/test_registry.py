@@ -86,16 +86,6 @@ def test_register_rejects_clashing_alias():
     assert resolve("my mc") is None
 
 
-@pytest.fixture
-def isolated_registry(monkeypatch):
-    """A copy of the registry for tests that register families; the original comes back after."""
-    for name in ("_FAMILIES", "_ROUTES", "_SPELLINGS", "_PLUGIN_FILES"):
-        monkeypatch.setattr(registry, name, type(getattr(registry, name))(getattr(registry, name)))
-    registry._route.cache_clear()
-    yield
-    registry._route.cache_clear()
-
-
 def test_register_and_replace(isolated_registry):
     @register("counting", "count")
     def counting(text, s):

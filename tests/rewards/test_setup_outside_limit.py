@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from evr1.rewards import compute_scores, registry, shutdown_pools
+from evr1.rewards import compute_scores, shutdown_pools
 from evr1.rewards.registry import Family, FamilyResult, needs_prepare, prepare_family
 from evr1.rewards.timeouts import ItemTimeout, item_timeout, run_limited
 
@@ -46,16 +46,8 @@ def unprepared(text, sample):
 
 
 @pytest.fixture
-def families(tmp_path, monkeypatch):
-    for name in ("_FAMILIES", "_ROUTES", "_SPELLINGS", "_PLUGIN_FILES", "_PREPARED"):
-        monkeypatch.setattr(registry, name, type(getattr(registry, name))(getattr(registry, name)))
-    registry._route.cache_clear()
-    path = tmp_path / "setup_reward.py"
-    path.write_text(PLUGIN)
-    registry.load_reward_function(str(path) + ":prepared")
-    yield
-    registry._route.cache_clear()
-    shutdown_pools()
+def families(plugin):
+    plugin(PLUGIN, "prepared")
 
 
 def _score(family: str) -> list[float]:
