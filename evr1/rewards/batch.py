@@ -28,6 +28,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from evr1.rewards.registry import (
+    Family,
     check_shaping,
     families,
     family_for,
@@ -83,7 +84,8 @@ def _failed(index: int, sample: Any, weights: RewardWeights, *, timed_out: bool,
     return index, _zero(weights), ItemInfo(family.name, known, label, timed_out, error)
 
 
-def _family_of(sample: Any):
+def _family_of(sample: Any) -> Family:
+    """The family that scores `sample` (generic for an unknown or missing `problem_type`)."""
     return family_for(sample.get("problem_type") if isinstance(sample, Mapping) else None)[0]
 
 
