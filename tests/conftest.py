@@ -29,6 +29,7 @@ SERIAL_FILES = {
 
 
 def pytest_collection_modifyitems(config, items):
+    """Mark the tests under SERIAL_DIRS and in SERIAL_FILES `serial`."""
     for item in items:
         try:
             rel = item.path.resolve().relative_to(TESTS)
