@@ -235,20 +235,16 @@ def run_limited(fn: Callable[..., Any], *args: Any, prepare: Callable[[], Any] |
 
     In a supervised pool worker the call runs in-process under an alarm; elsewhere it runs in the
     helper process so that even a C-level runaway is stopped. With no limit it runs directly.
-    `prepare` (module-level, no arguments, cheap once done: an import behind `lru_cache`) is `fn`'s
-    set-up: in the helper it runs once per helper process before the first timed call, with no alarm
-    (up to PREPARE_S), so that a slow import is not charged to an item. In-process it runs just before
-    `fn`; there the family's own `prepare` (`registry.Family`) has already run it outside the limit.
+    `prepare` (module-level, no arguments: an import behind `lru_cache`) is `fn`'s set-up in the helper:
+    it runs once per helper process before the first timed call, with no alarm (up to PREPARE_S), so
+    that a slow import is not charged to an item. In-process it is not needed here: the family's own
+    `prepare` (`registry.Family`) has run it before the item's limit started.
     """
     seconds = current_timeout()
     if seconds is None or seconds <= 0:
-        if prepare is not None:
-            prepare()
         return fn(*args)
     in_main_thread = threading.current_thread() is threading.main_thread()
     if _guarded.get() and in_main_thread:
-        if prepare is not None:
-            prepare()
         with time_limit(seconds):
             return fn(*args)
     return _helper.call(fn, args, seconds, prepare)
